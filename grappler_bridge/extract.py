@@ -1,0 +1,290 @@
+"""Turns TF computations into flat MetaGraphDefs with their fetches recorded.
+
+Every placeable op must be a node of one graph: Grappler's function optimizer
+inlines function calls (`PartitionedCall`) and lowers functional control flow
+(`While`/`If`) to Switch/Merge/Enter/Exit/NextIteration, which is exactly what
+TF's own runtime does before it places a function.
+
+Sources: a `tf.function` with example arguments, a `ConcreteFunction`, a
+SavedModel signature, or a GraphDef / MetaGraphDef file (binary or text).
+"""
+
+import dataclasses
+import os
+from typing import Any, Optional, Sequence
+
+from grappler_bridge import tf_env
+
+tf_env.prepare_tensorflow_environment()
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from google.protobuf import message as proto_message  # pylint: disable=g-import-not-at-top
+from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
+from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-at-top
+from tensorflow.core.protobuf import meta_graph_pb2  # pylint: disable=g-import-not-at-top
+from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=g-import-not-at-top
+from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
+from tensorflow.python.grappler import tf_optimizer  # pylint: disable=g-import-not-at-top
+
+from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
+
+# Grappler reads the fetch nodes of a MetaGraphDef from this collection.
+FETCH_COLLECTION = "train_op"
+# Files bigger than this are refused before parsing (protobuf itself caps at 2 GiB).
+MAX_GRAPH_FILE_BYTES = 1 << 30
+# Ops that mean a function call or functional control flow survived flattening.
+_FUNCTIONAL_OPS = frozenset({
+    "PartitionedCall", "StatefulPartitionedCall", "While", "StatelessWhile",
+    "If", "StatelessIf", "Case", "StatelessCase",
+})
+
+
+@dataclasses.dataclass
+class ExtractedGraph:
+  """A flat MetaGraphDef plus what is needed to run it again.
+
+  Attributes:
+    meta_graph: the flattened MetaGraphDef; its `train_op` collection lists
+      the fetch nodes.
+    fetches: node names whose execution is the step (outputs and side
+      effects such as variable updates).
+    output_names: tensor names ("node:index") of the function's outputs, in
+      order (empty for graph files).
+    arg_names: placeholder node names fed by the function's arguments, in
+      the order of the flattened arguments.
+    capture_names: placeholder node names fed by captured tensors (e.g.
+      variable handles), parallel to `captured_values`.
+    captured_values: the captured eager tensors / resource handles.
+    structured_outputs: the function's output structure, for re-packing.
+  """
+  meta_graph: meta_graph_pb2.MetaGraphDef
+  fetches: list
+  output_names: list = dataclasses.field(default_factory=list)
+  arg_names: list = dataclasses.field(default_factory=list)
+  capture_names: list = dataclasses.field(default_factory=list)
+  captured_values: list = dataclasses.field(default_factory=list)
+  structured_outputs: Any = None
+
+  @property
+  def graph_def(self) -> tf.compat.v1.GraphDef:
+    return self.meta_graph.graph_def
+
+
+def from_function(fn, *example_args, **example_kwargs) -> ExtractedGraph:
+  """Traces `fn` (a tf.function or a plain Python function) and flattens it."""
+  if not isinstance(fn, tf.types.experimental.PolymorphicFunction):
+    fn = tf.function(fn)
+  concrete = fn.get_concrete_function(*example_args, **example_kwargs)
+  return from_concrete_function(concrete)
+
+
+def from_concrete_function(concrete) -> ExtractedGraph:
+  """Flattens a ConcreteFunction; fetches are its outputs and control outputs."""
+  graph = concrete.graph
+  output_names = [t.name for t in concrete.outputs]
+  fetches = _unique([name.split(":")[0] for name in output_names] +
+                    [op.name for op in graph.control_outputs])
+  if not fetches:
+    raise errors.InputError("the function has no outputs and no side effects: "
+                            "there is nothing to place")
+  num_captures = len(concrete.captured_inputs)
+  inputs = list(graph.inputs)
+  arg_tensors = inputs[:len(inputs) - num_captures]
+  capture_tensors = inputs[len(inputs) - num_captures:]
+  graph_def = graph.as_graph_def(add_shapes=True)
+  meta_graph = tf.compat.v1.train.export_meta_graph(
+      graph_def=graph_def, graph=graph, clear_devices=False)
+  flat = flatten(meta_graph, fetches)
+  _pin_captures(flat.graph_def, capture_tensors, concrete.captured_inputs)
+  return ExtractedGraph(
+      meta_graph=flat,
+      fetches=fetches,
+      output_names=output_names,
+      arg_names=[t.op.name for t in arg_tensors],
+      capture_names=[t.op.name for t in capture_tensors],
+      captured_values=list(concrete.captured_inputs),
+      structured_outputs=concrete.structured_outputs)
+
+
+def _pin_captures(graph_def, placeholders, values) -> None:
+  """Pins each captured-tensor placeholder to the device its value lives on.
+
+  A captured variable handle cannot move: the variable's memory is on its
+  device, so the handle (and through colocation every op using it) stays there.
+  """
+  devices = {p.op.name: getattr(v, "device", "") for p, v in zip(placeholders, values)}
+  for node in graph_def.node:
+    if devices.get(node.name):
+      node.device = devices[node.name]
+
+
+def from_saved_model(path: str, signature: str = "serving_default"
+                    ) -> ExtractedGraph:
+  """Loads a SavedModel and flattens one of its signatures."""
+  if not os.path.isdir(path):
+    raise errors.GraphLoadError(f"{path}: not a SavedModel directory")
+  try:
+    loaded = tf.saved_model.load(path)
+  except (OSError, ValueError, tf.errors.OpError) as e:
+    raise errors.GraphLoadError(
+        f"{path}: cannot load SavedModel: {_first_line(e)}") from e
+  signatures = getattr(loaded, "signatures", {})
+  if signature not in signatures:
+    raise errors.GraphLoadError(
+        f"{path}: no signature {signature!r} (has: {sorted(signatures) or 'none'})")
+  extracted = from_concrete_function(signatures[signature])
+  extracted.structured_outputs = (loaded, extracted.structured_outputs)
+  return extracted
+
+
+def from_graph_file(path: str) -> ExtractedGraph:
+  """Reads a GraphDef or MetaGraphDef file (.pb binary or .pbtxt text)."""
+  meta_graph = read_graph_file(path)
+  fetches = list(meta_graph.collection_def[FETCH_COLLECTION].node_list.value)
+  if not fetches:
+    fetches = _signature_fetches(meta_graph) or _sink_nodes(meta_graph.graph_def)
+  return ExtractedGraph(meta_graph=flatten(meta_graph, fetches), fetches=fetches)
+
+
+def read_graph_file(path: str) -> meta_graph_pb2.MetaGraphDef:
+  """Parses a GraphDef/MetaGraphDef file into a MetaGraphDef, or raises."""
+  if not os.path.isfile(path):
+    raise errors.GraphLoadError(f"{path}: no such file")
+  size = os.path.getsize(path)
+  if size == 0:
+    raise errors.GraphLoadError(f"{path}: file is empty")
+  if size > MAX_GRAPH_FILE_BYTES:
+    raise errors.GraphLoadError(
+        f"{path}: file is {size} bytes, over the {MAX_GRAPH_FILE_BYTES}-byte limit")
+  with open(path, "rb") as f:
+    data = f.read()
+  if path.endswith((".pbtxt", ".txt")):
+    return _parse_text(path, data)
+  return _parse_binary(path, data)
+
+
+def flatten(meta_graph: meta_graph_pb2.MetaGraphDef,
+            fetches: Sequence[str]) -> meta_graph_pb2.MetaGraphDef:
+  """Inlines functions and lowers control flow with Grappler's function pass."""
+  node_names = {node.name for node in meta_graph.graph_def.node}
+  missing = [f for f in fetches if f not in node_names]
+  if missing:
+    raise errors.InputError(f"fetch node(s) not in the graph: {missing[:5]}")
+  source = meta_graph_pb2.MetaGraphDef()
+  source.CopyFrom(meta_graph)
+  collection = source.collection_def[FETCH_COLLECTION]
+  collection.Clear()
+  collection.node_list.value.extend(fetches)
+  try:
+    flat_graph_def = tf_optimizer.OptimizeGraph(
+        _flattening_config(), source, strip_default_attributes=False)
+  except (tf.errors.OpError, ValueError, RuntimeError) as e:
+    raise errors.GraphLoadError(
+        f"Grappler could not flatten the graph: {_first_line(e)}") from e
+  leftovers = sorted({n.op for n in flat_graph_def.node} & _FUNCTIONAL_OPS)
+  if leftovers:
+    raise errors.GraphLoadError(
+        f"graph still has function calls / functional control flow after "
+        f"inlining: {leftovers}")
+  flat = meta_graph_pb2.MetaGraphDef()
+  flat.CopyFrom(source)
+  flat.graph_def.CopyFrom(flat_graph_def)
+  flat.graph_def.library.Clear()  # everything is inlined; keep the proto small
+  return flat
+
+
+def _flattening_config() -> config_pb2.ConfigProto:
+  config = config_pb2.ConfigProto()
+  rewrite = config.graph_options.rewrite_options
+  rewrite.optimizers[:] = ["function"]
+  rewrite.min_graph_nodes = -1
+  rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+  return config
+
+
+def _parse_text(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise errors.GraphLoadError(f"{path}: text graph is not UTF-8") from e
+  meta_graph = meta_graph_pb2.MetaGraphDef()
+  try:
+    text_format.Parse(text, meta_graph)
+    if meta_graph.graph_def.node:
+      return meta_graph
+  except text_format.ParseError:
+    pass
+  graph_def = tf.compat.v1.GraphDef()
+  try:
+    text_format.Parse(text, graph_def)
+  except text_format.ParseError as e:
+    raise errors.GraphLoadError(
+        f"{path}: not a text GraphDef or MetaGraphDef: {_first_line(e)}") from e
+  return _wrap_graph_def(path, graph_def)
+
+
+def _parse_binary(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
+  """Tries MetaGraphDef, then GraphDef; keeps the one that looks like a graph."""
+  meta_graph = meta_graph_pb2.MetaGraphDef()
+  try:
+    meta_graph.ParseFromString(data)
+    if _looks_like_graph(meta_graph.graph_def):
+      return meta_graph
+  except (proto_message.DecodeError, RuntimeWarning, ValueError):
+    pass
+  graph_def = tf.compat.v1.GraphDef()
+  try:
+    graph_def.ParseFromString(data)
+  except (proto_message.DecodeError, RuntimeWarning, ValueError) as e:
+    raise errors.GraphLoadError(
+        f"{path}: not a binary GraphDef or MetaGraphDef "
+        f"(protobuf parse failed: {_first_line(e)})") from e
+  return _wrap_graph_def(path, graph_def)
+
+
+def _wrap_graph_def(path: str, graph_def) -> meta_graph_pb2.MetaGraphDef:
+  if not _looks_like_graph(graph_def):
+    raise errors.GraphLoadError(
+        f"{path}: parsed, but holds no graph (no nodes with a name and an op)")
+  meta_graph = meta_graph_pb2.MetaGraphDef()
+  meta_graph.graph_def.CopyFrom(graph_def)
+  return meta_graph
+
+
+def _looks_like_graph(graph_def) -> bool:
+  """Every node has a name and an op TF knows (registered or in the library)."""
+  return bool(graph_def.node) and all(
+      node.name and (op_def_registry.get(node.op) is not None or
+                     _in_library(node.op, graph_def))
+      for node in graph_def.node)
+
+
+def _in_library(op: str, graph_def) -> bool:
+  return any(f.signature.name == op for f in graph_def.library.function)
+
+
+def _signature_fetches(meta_graph) -> list:
+  names = []
+  for signature in meta_graph.signature_def.values():
+    for tensor_info in signature.outputs.values():
+      if tensor_info.name:
+        names.append(tensor_info.name.split(":")[0].lstrip("^"))
+  return _unique(names)
+
+
+def _sink_nodes(graph_def) -> list:
+  """Nodes nobody consumes: the natural fetches of a bare GraphDef."""
+  consumed = set()
+  for node in graph_def.node:
+    for name in node.input:
+      consumed.add(name.lstrip("^").split(":")[0])
+  return [n.name for n in graph_def.node if n.name not in consumed]
+
+
+def _unique(items) -> list:
+  return list(dict.fromkeys(items))
+
+
+def _first_line(error: Exception) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,30 @@
+"""Prepares the process environment before TensorFlow is imported.
+
+TF-GNN only works with Keras 2 (`tf_keras`). TensorFlow decides which Keras
+`tf.keras` means the first time `tf.keras` is touched, reading the
+`TF_USE_LEGACY_KERAS` variable at that moment; so the variable must be set
+before anything touches `tf.keras`, and if something already bound it to
+Keras 3 we cannot undo that and must say so clearly.
+"""
+
+import os
+import sys
+
+_QUIET_DEFAULT = "2"  # hide TF's INFO and WARNING chatter unless the user asked for it
+
+
+def prepare_tensorflow_environment():
+  """Sets TF_USE_LEGACY_KERAS=1; raises ImportError if tf.keras is Keras 3."""
+  os.environ["TF_USE_LEGACY_KERAS"] = "1"
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", _QUIET_DEFAULT)
+  tf = sys.modules.get("tensorflow")
+  if tf is None:
+    return
+  # TensorFlow was imported before us: make sure tf.keras resolves to tf_keras.
+  keras_module = getattr(tf, "keras", None)
+  version = str(getattr(keras_module, "__version__", ""))
+  if version.startswith("3."):
+    raise ImportError(
+        "tf_gdp needs Keras 2 (tf_keras), but TensorFlow was already imported "
+        f"with tf.keras bound to Keras {version}. Set TF_USE_LEGACY_KERAS=1 "
+        "before importing TensorFlow, or import tf_gdp first.")

@@ -1,0 +1,41 @@
+"""pip install for tf-gdp: the `tf_gdp` library and the `grappler_bridge`."""
+
+import pathlib
+import re
+
+import setuptools
+
+_HERE = pathlib.Path(__file__).parent
+_VERSION = re.search(r'__version__ = "([^"]+)"',
+                     (_HERE / "tf_gdp" / "version.py").read_text()).group(1)
+
+# Verified together on Python 3.11 (see DESIGN.md section 6).
+_INSTALL_REQUIRES = [
+    "tensorflow==2.21.*",
+    "tf-keras==2.21.*",
+    "tensorflow-gnn==1.0.3",
+    "tf-agents==0.19.0",
+    "tensorflow-probability==0.23.*",
+    "tensorboard==2.21.*",
+    "numpy>=1.26,<2.4",
+    "absl-py>=2.0",
+]
+
+setuptools.setup(
+    name="tf-gdp",
+    version=_VERSION,
+    description="Generalized device placement for TensorFlow graphs (GDP).",
+    long_description=(_HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=setuptools.find_packages(include=["tf_gdp", "tf_gdp.*",
+                                               "grappler_bridge",
+                                               "grappler_bridge.*"]),
+    install_requires=_INSTALL_REQUIRES,
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"],
+        "bench": ["matplotlib>=3.8", "scipy>=1.11", "pymetis>=2023.1"],
+        "distributed": ["psutil>=5.9"],
+    },
+    entry_points={"console_scripts": ["tf-gdp=tf_gdp.cli.main:run"]},
+)

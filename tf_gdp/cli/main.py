@@ -1,0 +1,39 @@
+"""`python -m tf_gdp <command> --flags` and the `tf-gdp` console script.
+
+Each command is a module of this package with its own absl flags and a
+`main(argv)`; only the chosen command's module is imported, so commands
+never see each other's flags and `--help` shows just the command's own.
+"""
+
+import importlib
+import sys
+
+from tf_gdp.cli import runner
+
+COMMANDS = {
+    "export-graph": ("tf_gdp.cli.export_graph",
+                     "write a zoo model or a user graph as MetaGraphDef or op-graph JSON"),
+    "inspect": ("tf_gdp.cli.inspect_graph",
+                "print node/edge counts, costs, memory and constraints of a graph"),
+}
+
+
+def usage() -> str:
+  lines = ["usage: tf-gdp <command> [--flags]   (python -m tf_gdp <command>)",
+           "", "commands:"]
+  lines += [f"  {name:<14} {summary}" for name, (_, summary) in COMMANDS.items()]
+  lines += ["", "`tf-gdp <command> --help` lists a command's flags."]
+  return "\n".join(lines)
+
+
+def run(argv=None) -> None:
+  argv = list(sys.argv if argv is None else argv)
+  if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
+    print(usage())
+    sys.exit(0 if len(argv) >= 2 else 2)
+  command = argv[1]
+  if command not in COMMANDS:
+    sys.stderr.write(f"error: unknown command {command!r}\n{usage()}\n")
+    sys.exit(2)
+  module = importlib.import_module(COMMANDS[command][0])
+  runner.run_command(module.main, [f"tf-gdp {command}"] + argv[2:])

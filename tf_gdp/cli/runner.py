@@ -1,0 +1,51 @@
+"""Runs one CLI command under absl with tf-gdp's exit-code contract.
+
+Exit 0 on success; 2 with one line on stderr for bad input (a bad flag, a
+malformed file, an illegal placement); 1 for an internal failure. Tracebacks
+only with `--verbosity=1` (or `-v 1`).
+"""
+
+import sys
+import traceback
+
+from absl import app
+from absl import flags
+
+from tf_gdp import errors
+
+FLAGS = flags.FLAGS
+
+
+def run_command(main, argv) -> None:
+  app.run(lambda args: _guarded(main, args), argv=argv, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv):
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write(f"error: {e}\n")
+    sys.exit(2)
+
+
+def _guarded(main, argv):
+  extra = argv[1:]
+  if extra:
+    sys.stderr.write(f"error: unexpected argument(s) {extra}; use --flag=value\n")
+    sys.exit(2)
+  try:
+    main(argv)
+  except errors.InputError as e:
+    _report(f"error: {e}", 2)
+  except KeyboardInterrupt:
+    _report("interrupted", 130)
+  except Exception as e:  # pylint: disable=broad-except
+    _report(f"internal error: {type(e).__name__}: {e}", 1)
+
+
+def _report(line: str, code: int) -> None:
+  if FLAGS.is_parsed() and FLAGS.verbosity >= 1:
+    traceback.print_exc()
+  sys.stderr.write(line.splitlines()[0] if line else "error" )
+  sys.stderr.write("\n")
+  sys.exit(code)

@@ -1,0 +1,1 @@
+"""Device kinds, topologies and the cost side of placement."""

@@ -1,0 +1,23 @@
+"""Atomic file writes: a crash or a kill never leaves half a file behind."""
+
+import os
+import tempfile
+from typing import Union
+
+
+def write_atomically(path: str, data: Union[bytes, str]) -> None:
+  """Writes to a temp file beside `path`, then renames it over `path`."""
+  if isinstance(data, str):
+    data = data.encode("utf-8")
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-",
+                             suffix="-" + os.path.basename(path))
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise

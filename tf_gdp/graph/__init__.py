@@ -1,0 +1,11 @@
+"""The op-graph IR and its JSON interchange format."""
+
+from tf_gdp.graph.json_io import from_document
+from tf_gdp.graph.json_io import load_json
+from tf_gdp.graph.json_io import save_json
+from tf_gdp.graph.json_io import to_document
+from tf_gdp.graph.op_graph import OpGraph
+from tf_gdp.graph.op_graph import summary
+
+__all__ = ["OpGraph", "from_document", "load_json", "save_json", "summary",
+           "to_document"]

@@ -1,0 +1,259 @@
+"""Reads and writes the versioned op-graph JSON format (docs/OPGRAPH_FORMAT.md).
+
+A document is the plain-dict form of an `OpGraph`. `from_document` is the one
+place that checks a document, whether it came from a file or from the
+Grappler bridge; `to_document` writes optional fields only when they differ
+from their defaults, so import then export gives back the same document.
+"""
+
+import json
+import math
+import os
+from typing import Any
+
+from tf_gdp import errors
+from tf_gdp import fileio
+from tf_gdp.graph import op_graph
+
+FORMAT = "tf-gdp-opgraph"
+VERSION = 1
+MAX_NODES = 5_000_000
+MAX_EDGES = 50_000_000
+MAX_FILE_BYTES = 2 << 30
+
+_NODE_FIELDS = frozenset({"name", "op", "cost", "output_bytes", "memory_bytes",
+                          "temp_bytes", "colocation_group", "device_kinds",
+                          "device", "output_shapes"})
+_EDGE_FIELDS = frozenset({"src", "dst", "bytes", "output"})
+_TOP_FIELDS = frozenset({"format", "version", "name", "nodes", "edges",
+                         "fetches", "back_edges", "metadata"})
+
+
+def load_json(path: str) -> op_graph.OpGraph:
+  """Reads an op-graph JSON file; raises GraphFormatError / GraphLoadError."""
+  if not os.path.isfile(path):
+    raise errors.GraphLoadError(f"{path}: no such file")
+  size = os.path.getsize(path)
+  if size == 0:
+    raise errors.GraphLoadError(f"{path}: file is empty")
+  if size > MAX_FILE_BYTES:
+    raise errors.GraphLoadError(
+        f"{path}: file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+  try:
+    with open(path, "rb") as f:
+      document = json.loads(f.read().decode("utf-8"),
+                            parse_constant=_reject_constant)
+  except UnicodeDecodeError as e:
+    raise errors.GraphLoadError(f"{path}: not UTF-8 text") from e
+  except json.JSONDecodeError as e:
+    raise errors.GraphLoadError(
+        f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+  except RecursionError as e:
+    raise errors.GraphLoadError(f"{path}: JSON nested too deeply") from e
+  except ValueError as e:  # from _reject_constant
+    raise errors.GraphLoadError(f"{path}: {e}") from e
+  try:
+    return from_document(document)
+  except errors.GraphFormatError as e:
+    raise errors.GraphFormatError(f"{path}: {e}") from e
+
+
+def save_json(graph: op_graph.OpGraph, path: str) -> None:
+  """Writes atomically (temp file + rename): a crash never leaves half a file."""
+  fileio.write_atomically(path, json.dumps(to_document(graph), allow_nan=False,
+                                         separators=(",", ":")))
+
+
+def from_document(document: Any) -> op_graph.OpGraph:
+  """Validates an op-graph document (dict) and builds the OpGraph."""
+  _expect(isinstance(document, dict), "document must be a JSON object")
+  _expect(document.get("format") == FORMAT,
+          f"format must be {FORMAT!r}, got {document.get('format')!r}")
+  version = document.get("version")
+  _expect(version == VERSION and type(version) is int,  # pylint: disable=unidiomatic-typecheck
+          f"unsupported version {version!r} (this reader knows version {VERSION})")
+  unknown = set(document) - _TOP_FIELDS
+  _expect(not unknown, f"unknown top-level field(s) {sorted(unknown)}")
+  name = document.get("name")
+  _expect(isinstance(name, str), "name must be a string")
+  nodes = document.get("nodes")
+  edges = document.get("edges")
+  _expect(isinstance(nodes, list), "nodes must be a list")
+  _expect(isinstance(edges, list), "edges must be a list")
+  _expect(bool(nodes), "graph has no nodes")
+  _expect(len(nodes) <= MAX_NODES, f"{len(nodes)} nodes is over the limit {MAX_NODES}")
+  _expect(len(edges) <= MAX_EDGES, f"{len(edges)} edges is over the limit {MAX_EDGES}")
+
+  kinds = None
+  columns = {key: [] for key in ("names", "ops", "output_bytes", "memory_bytes",
+                                 "temp_bytes", "groups", "kinds", "devices",
+                                 "shapes")}
+  costs = {}
+  for i, node in enumerate(nodes):
+    where = f"node {i}"
+    _expect(isinstance(node, dict), f"{where} must be an object")
+    unknown = set(node) - _NODE_FIELDS
+    _expect(not unknown, f"{where}: unknown field(s) {sorted(unknown)}")
+    columns["names"].append(_string(node, "name", where))
+    where = f"node {i} ({node['name']!r})"
+    columns["ops"].append(_string(node, "op", where))
+    cost = node.get("cost")
+    _expect(isinstance(cost, dict) and cost, f"{where}: cost must be a non-empty object")
+    if kinds is None:
+      kinds = sorted(cost)
+      costs = {kind: [] for kind in kinds}
+    _expect(sorted(cost) == kinds,
+            f"{where}: cost kinds {sorted(cost)} differ from node 0's {kinds}")
+    for kind in kinds:
+      costs[kind].append(_number(cost[kind], f"{where}: cost[{kind}]"))
+    for key in ("output_bytes", "memory_bytes"):
+      columns[key].append(_count(node.get(key), f"{where}: {key}"))
+    columns["temp_bytes"].append(_count(node.get("temp_bytes", 0), f"{where}: temp_bytes"))
+    columns["groups"].append(_optional_string(node, "colocation_group", where))
+    columns["devices"].append(_optional_string(node, "device", where))
+    allowed = node.get("device_kinds")
+    if allowed is not None:
+      _expect(isinstance(allowed, list) and all(isinstance(k, str) for k in allowed),
+              f"{where}: device_kinds must be a list of strings")
+      allowed = tuple(allowed)
+    columns["kinds"].append(allowed)
+    columns["shapes"].append(_shapes(node.get("output_shapes"), where))
+
+  src, dst, nbytes, outputs = [], [], [], []
+  for j, edge in enumerate(edges):
+    where = f"edge {j}"
+    _expect(isinstance(edge, dict), f"{where} must be an object")
+    unknown = set(edge) - _EDGE_FIELDS
+    _expect(not unknown, f"{where}: unknown field(s) {sorted(unknown)}")
+    src.append(_index(edge.get("src"), len(nodes), f"{where}: src"))
+    dst.append(_index(edge.get("dst"), len(nodes), f"{where}: dst"))
+    nbytes.append(_count(edge.get("bytes"), f"{where}: bytes"))
+    output = edge.get("output", 0)
+    _expect(_is_int(output) and output >= op_graph.CONTROL_OUTPUT,
+            f"{where}: output must be an integer >= -1")
+    outputs.append(output)
+
+  back_edges = []
+  for j, edge in enumerate(document.get("back_edges", [])):
+    _expect(isinstance(edge, dict) and set(edge) == {"src", "dst"},
+            f"back_edge {j} must be an object with src and dst")
+    back_edges.append((_index(edge["src"], len(nodes), f"back_edge {j}: src"),
+                       _index(edge["dst"], len(nodes), f"back_edge {j}: dst")))
+
+  fetches = document.get("fetches", [])
+  _expect(isinstance(fetches, list) and all(isinstance(f, str) for f in fetches),
+          "fetches must be a list of node names")
+  metadata = document.get("metadata", {})
+  _expect(isinstance(metadata, dict), "metadata must be an object")
+
+  return op_graph.OpGraph.build(
+      name=name, node_names=columns["names"], op_types=columns["ops"],
+      costs=costs, output_bytes=columns["output_bytes"],
+      memory_bytes=columns["memory_bytes"], temp_bytes=columns["temp_bytes"],
+      edge_src=src, edge_dst=dst, edge_bytes=nbytes, edge_output=outputs,
+      colocation_groups=columns["groups"], device_kinds=columns["kinds"],
+      pinned_devices=columns["devices"], output_shapes=columns["shapes"],
+      back_edges=back_edges, fetches=fetches, metadata=metadata)
+
+
+def to_document(graph: op_graph.OpGraph) -> dict:
+  """The canonical document of `graph` (optional fields only when set)."""
+  nodes = []
+  kinds = graph.kinds
+  cost_columns = [graph.costs[k].tolist() for k in kinds]
+  output_bytes = graph.output_bytes.tolist()
+  memory_bytes = graph.memory_bytes.tolist()
+  temp_bytes = graph.temp_bytes.tolist()
+  for i, name in enumerate(graph.node_names):
+    node = {"name": name, "op": graph.op_types[i],
+            "cost": {k: cost_columns[c][i] for c, k in enumerate(kinds)},
+            "output_bytes": output_bytes[i], "memory_bytes": memory_bytes[i]}
+    if temp_bytes[i]:
+      node["temp_bytes"] = temp_bytes[i]
+    if graph.colocation_groups[i] is not None:
+      node["colocation_group"] = graph.colocation_groups[i]
+    if graph.device_kinds[i] is not None:
+      node["device_kinds"] = list(graph.device_kinds[i])
+    if graph.pinned_devices[i] is not None:
+      node["device"] = graph.pinned_devices[i]
+    if graph.output_shapes[i] is not None:
+      node["output_shapes"] = [None if s is None else list(s)
+                               for s in graph.output_shapes[i]]
+    nodes.append(node)
+  edges = []
+  for s, d, b, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(),
+                        graph.edge_bytes.tolist(), graph.edge_output.tolist()):
+    edge = {"src": s, "dst": d, "bytes": b}
+    if o != 0:
+      edge["output"] = o
+    edges.append(edge)
+  document = {"format": FORMAT, "version": VERSION, "name": graph.name,
+              "nodes": nodes, "edges": edges}
+  if graph.fetches:
+    document["fetches"] = list(graph.fetches)
+  if graph.back_edges.shape[0]:
+    document["back_edges"] = [{"src": s, "dst": d}
+                              for s, d in graph.back_edges.tolist()]
+  if graph.metadata:
+    document["metadata"] = graph.metadata
+  return document
+
+
+def _expect(condition: bool, message: str) -> None:
+  if not condition:
+    raise errors.GraphFormatError(message)
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _string(node: dict, key: str, where: str) -> str:
+  value = node.get(key)
+  _expect(isinstance(value, str) and value != "", f"{where}: {key} must be a non-empty string")
+  return value
+
+
+def _optional_string(node: dict, key: str, where: str):
+  if key not in node:
+    return None
+  return _string(node, key, where)
+
+
+def _number(value, where: str) -> float:
+  _expect(isinstance(value, (int, float)) and not isinstance(value, bool),
+          f"{where} must be a number")
+  _expect(math.isfinite(value) and value >= 0,
+          f"{where} is {value!r}: must be finite and >= 0")
+  return float(value)
+
+
+def _count(value, where: str) -> int:
+  _expect(_is_int(value) and value >= 0, f"{where} must be an integer >= 0, got {value!r}")
+  _expect(value < 1 << 62, f"{where} is {value}: too large")
+  return value
+
+
+def _index(value, n: int, where: str) -> int:
+  _expect(_is_int(value) and 0 <= value < n,
+          f"{where} is {value!r}: not a node index (graph has {n} nodes)")
+  return value
+
+
+def _shapes(value, where: str):
+  if value is None:
+    return None
+  _expect(isinstance(value, list), f"{where}: output_shapes must be a list")
+  shapes = []
+  for shape in value:
+    if shape is None:
+      shapes.append(None)
+      continue
+    _expect(isinstance(shape, list) and all(_is_int(d) and d >= -1 for d in shape),
+            f"{where}: each output shape must be a list of integers >= -1 or null")
+    shapes.append(tuple(shape))
+  return tuple(shapes)
+
+
+def _reject_constant(name: str):
+  raise ValueError(f"JSON contains {name}, which is not a valid number here")
