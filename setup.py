@@ -19,6 +19,8 @@ _INSTALL_REQUIRES = [
     "tensorboard==2.21.*",
     "numpy>=1.26,<2.4",
     "absl-py>=2.0",
+    "numba>=0.68,<0.69",  # compiles the simulator core
+    "scipy>=1.11",  # HiGHS LPs (lower bound with 3+ kinds, m-SCT)
 ]
 
 setuptools.setup(
@@ -34,7 +36,7 @@ setuptools.setup(
     install_requires=_INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"],
-        "bench": ["matplotlib>=3.8", "scipy>=1.11", "pymetis>=2023.1"],
+        "bench": ["matplotlib>=3.8", "pymetis>=2023.1"],
         "distributed": ["psutil>=5.9"],
     },
     entry_points={"console_scripts": ["tf-gdp=tf_gdp.cli.main:run"]},

@@ -1,120 +1,279 @@
 """Hard placement constraints read from a GraphDef and TF's kernel registry.
 
-Two kinds matter to any placer: ops that must share a device (TF's placer
-colocates every op that touches a resource handle with the handle's
-producer, and honours `_class: loc:@name` attributes), and ops that have no
-kernel for a device kind (e.g. string ops have no GPU kernel).
+Two kinds matter to any placer, and both the op-graph document (`costs`)
+and the placement checks (`rewrite`) read them from here, so that a
+placement the document allows is one the checks accept:
+
+* ops that must share a device: TF's placer colocates every op that takes a
+  resource or ref handle with the handle's producer (dataset ops excepted),
+  and honours `_class: loc:@name` attributes;
+* the device types that have a kernel for an op: a kernel is registered per
+  device type with constraints on the op's type attrs (e.g. GPU MatMul is
+  registered for float types only, so an int32 MatMul is CPU-only).
 """
 
 import functools
-from typing import Iterable
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from grappler_bridge import tf_env
 
 tf_env.prepare_tensorflow_environment()
 
-# pylint: disable=g-import-not-at-top
-from tensorflow.core.framework import types_pb2
-from tensorflow.python.framework import kernels
-from tensorflow.python.framework import op_def_registry
-# pylint: enable=g-import-not-at-top
+from tensorflow.python.framework import kernels  # pylint: disable=g-import-not-at-top
 
-# Registry device types that run on any device.
+from grappler_bridge import graph_view  # pylint: disable=g-import-not-at-top
+from grappler_bridge import hardware as hw  # pylint: disable=g-import-not-at-top
+
+# Registry device type of kernels that run on any device.
 _ANY_DEVICE = "DEFAULT"
+# Ops that take resource inputs without TF colocating them (they run
+# functions over the resources): dataset ops, as in TF's
+# REGISTER_INPUT_COLOCATION_EXEMPTION list.
+_COLOCATION_EXEMPT_SUFFIX = "Dataset"
 
 
-@functools.lru_cache(maxsize=None)
-def kernel_device_types(op: str) -> frozenset:
-  """Device types with a registered kernel for `op` (may include DEFAULT)."""
-  return frozenset(k.device_type
-                   for k in kernels.get_registered_kernels_for_op(op).kernel)
+# ---------------------------------------------------------------------------
+# Colocation.
+
+
+def colocation_groups(graph_def) -> List[List[str]]:
+  """Groups (lists of node names, >1 member) that must share one device.
+
+  Each group lists its anchor first (its variable or resource placeholder
+  if it has one, else its first node in graph order), so the anchor's name
+  is a good label for the group; the other members follow in graph order.
+  """
+  nodes = graph_def.node
+  index = graph_view.node_index(nodes)
+  dtypes = [graph_view.output_dtypes(node) for node in nodes]
+  sets = colocated_sets(nodes, index,
+                        graph_view.handle_inputs(nodes, index, dtypes))
+  return [[nodes[i].name for i in group] for group in _groups(nodes, sets)]
+
+
+def colocation_group_names(nodes, index: Dict[str, int],
+                           handle_inputs: graph_view.HandleInputs,
+                           extra_groups: Iterable[Sequence[str]] = ()
+                          ) -> Dict[int, str]:
+  """Node index -> group name (its anchor's), for groups of >1 node.
+
+  Args:
+    nodes: the graph's NodeDefs.
+    index: node name -> position.
+    handle_inputs: per node, (source, slot) of its resource/ref inputs.
+    extra_groups: more groups of node names to merge, e.g. Grappler's.
+
+  Returns:
+    The group name of every node that shares its device with another.
+  """
+  sets = colocated_sets(nodes, index, handle_inputs, extra_groups)
+  names = {}
+  for group in _groups(nodes, sets):
+    for i in group:
+      names[i] = nodes[group[0]].name
+  return names
+
+
+class UnionFind:
+  """Disjoint sets over node indices (path halving, union by size)."""
+
+  def __init__(self, n: int):
+    self.parent = list(range(n))
+    self.size = [1] * n
+
+  def find(self, x: int) -> int:
+    parent = self.parent
+    while parent[x] != x:
+      parent[x] = parent[parent[x]]
+      x = parent[x]
+    return x
+
+  def union(self, a: int, b: int):
+    a, b = self.find(a), self.find(b)
+    if a == b:
+      return
+    if self.size[a] < self.size[b]:
+      a, b = b, a
+    self.parent[b] = a
+    self.size[a] += self.size[b]
+
+
+def colocated_sets(nodes, index: Dict[str, int],
+                   handle_inputs: graph_view.HandleInputs,
+                   extra_groups: Iterable[Sequence[str]] = ()) -> UnionFind:
+  """Joins the nodes TF's placer puts on one device."""
+  sets = UnionFind(len(nodes))
+  for group in extra_groups:
+    members = [index[name] for name in group if name in index]
+    for member in members[1:]:
+      sets.union(members[0], member)
+  for i, node in enumerate(nodes):
+    if "_class" in node.attr:
+      for entry in node.attr["_class"].list.s:
+        target = index.get(entry.decode(errors="replace").partition(
+            "loc:@")[2])
+        if target is not None:
+          sets.union(i, target)
+    if not node.op.endswith(_COLOCATION_EXEMPT_SUFFIX):
+      for src, _ in handle_inputs[i]:
+        sets.union(i, src)
+  return sets
+
+
+def _groups(nodes, sets: UnionFind) -> List[List[int]]:
+  """Groups of >1 node, anchor first, the rest in graph order."""
+  members: Dict[int, List[int]] = {}
+  for i in range(len(nodes)):
+    if sets.size[sets.find(i)] > 1:
+      members.setdefault(sets.find(i), []).append(i)
+  groups = []
+  for group in members.values():
+    anchor = next((i for i in group if _is_anchor(nodes[i])), group[0])
+    groups.append([anchor] + [i for i in group if i != anchor])
+  return groups
+
+
+def _is_anchor(node) -> bool:
+  return node.op in graph_view.VARIABLE_OPS or (
+      graph_view.is_resource_placeholder(node))
+
+
+# ---------------------------------------------------------------------------
+# Kernels.
 
 
 @functools.lru_cache(maxsize=None)
 def registry_has_gpu_kernels() -> bool:
   """False on a TensorFlow build without GPU kernels, where we cannot tell."""
-  return "GPU" in kernel_device_types("MatMul")
+  return any(k.device_type == "GPU"
+             for k in kernels.get_registered_kernels_for_op("MatMul").kernel)
 
 
-def has_kernel(op: str, device_type: str) -> bool:
-  """Whether `op` can run on `device_type`; unknowable cases count as yes."""
-  types = kernel_device_types(op)
+class KernelTable:
+  """Which device types have a kernel for a node (op type + type attrs)."""
+
+  def __init__(self):
+    self._kernels = {}  # op -> [(device type, constraints, label)]
+    self._constraint_names = {}  # op -> type attrs the kernels constrain
+    self._cache = {}
+
+  def device_types(self, node) -> Optional[frozenset]:
+    """Registry device types (maybe DEFAULT) whose kernel fits the node.
+
+    Args:
+      node: a NodeDef; its type attrs and `_kernel` label select kernels.
+
+    Returns:
+      None if the op has no registered kernel at all (the runtime implements
+      it, e.g. _Arg or function calls); else the fitting device types, empty
+      if no kernel fits.
+    """
+    op_kernels = self._op_kernels(node.op)
+    if not op_kernels:
+      return None
+    label = node.attr["_kernel"].s.decode() if "_kernel" in node.attr else ""
+    key = (node.op, label) + tuple(
+        _type_attr_value(node, name)
+        for name in self._constraint_names[node.op])
+    if key not in self._cache:
+      self._cache[key] = frozenset(
+          device_type for device_type, constraints, kernel_label in op_kernels
+          if kernel_label == label and _satisfies(node, constraints))
+    return self._cache[key]
+
+  def kinds(self, node) -> Optional[Tuple[str, ...]]:
+    """Kinds (subset of hardware.KINDS) with a kernel; None if unrestricted."""
+    types = self.device_types(node)
+    if not types or _ANY_DEVICE in types:
+      return None
+    supported = [k for k in hw.KINDS if k in types]
+    if not supported or len(supported) == len(hw.KINDS):
+      return None
+    return tuple(supported)
+
+  def _op_kernels(self, op: str):
+    if op not in self._kernels:
+      entries = []
+      for k in kernels.get_registered_kernels_for_op(op).kernel:
+        constraints = tuple(
+            (c.name, frozenset(c.allowed_values.list.type))
+            for c in k.constraint if c.allowed_values.HasField("list"))
+        entries.append((k.device_type, constraints, k.label))
+      self._kernels[op] = entries
+      self._constraint_names[op] = sorted(
+          {name for _, constraints, _ in entries for name, _ in constraints})
+    return self._kernels[op]
+
+
+def _type_attr_value(node, name: str):
+  if name not in node.attr:
+    return None
+  value = node.attr[name]
+  if value.WhichOneof("value") == "list":
+    return tuple(value.list.type)
+  return value.type
+
+
+def _satisfies(node, constraints) -> bool:
+  for name, allowed in constraints:
+    value = _type_attr_value(node, name)
+    if value is None:
+      continue
+    values = value if isinstance(value, tuple) else (value,)
+    if any(v not in allowed for v in values):
+      return False
+  return True
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_table() -> KernelTable:
+  return KernelTable()
+
+
+def node_has_kernel(node_def, device_type: str) -> bool:
+  """Whether the node can run on `device_type`, given its type attrs.
+
+  Unknowable cases count as yes: an op without registered kernels, a node
+  no kernel fits (so the registry cannot tell), and GPU on a TensorFlow
+  build that registers no GPU kernels.
+
+  Args:
+    node_def: the NodeDef.
+    device_type: a TF device type, e.g. "GPU" or "CPU".
+
+  Returns:
+    False only if the registry says the node has no kernel there.
+  """
+  types = _shared_table().device_types(node_def)
   if not types:
-    return True  # runtime-implemented ops (_Arg, _Retval, function calls)
+    return True
   if device_type == "GPU" and not registry_has_gpu_kernels():
     return True
   return device_type in types or _ANY_DEVICE in types
 
 
-def output_dtypes(node) -> list:
-  """DataType enum of every output of `node`, from its OpDef and attrs."""
-  op_def = op_def_registry.get(node.op)
-  if op_def is None:
-    return []
-  dtypes = []
-  for arg in op_def.output_arg:
-    if arg.type_list_attr:
-      types = list(node.attr[arg.type_list_attr].list.type)
-    else:
-      dtype = arg.type or node.attr[arg.type_attr].type
-      count = node.attr[arg.number_attr].i if arg.number_attr else 1
-      types = [dtype] * count
-    dtypes.extend(types)
-  return dtypes
+def device_kinds(nodes, groups: Dict[int, str], table: KernelTable
+                ) -> Tuple[List[Optional[Tuple[str, ...]]], List[str]]:
+  """Allowed kinds per node; a group gets the intersection of its members'.
 
+  Args:
+    nodes: the graph's NodeDefs.
+    groups: node index -> colocation group name.
+    table: the kernel table to ask.
 
-def colocation_groups(graph_def) -> list:
-  """Groups (lists of node names, >1 member) that must share one device.
-
-  Each group lists its resource producer (or `_class` target) first when
-  there is one, so its name is a good label for the group.
+  Returns:
+    (kinds per node, None = any kind; names of groups no kind can run).
   """
-  names = [node.name for node in graph_def.node]
-  index = {name: i for i, name in enumerate(names)}
-  parent = list(range(len(names)))
-
-  def find(i):
-    while parent[i] != i:
-      parent[i] = parent[parent[i]]
-      i = parent[i]
-    return i
-
-  def union(anchor, other):
-    # The anchor (producer / class target) stays the root: it names the group.
-    root_a, root_b = find(anchor), find(other)
-    if root_a != root_b:
-      parent[root_b] = root_a
-
-  resource_outputs = {}
-  for node in graph_def.node:
-    dtypes = output_dtypes(node)
-    resource_outputs[node.name] = {
-        k for k, t in enumerate(dtypes) if t == types_pb2.DT_RESOURCE}
-  for i, node in enumerate(graph_def.node):
-    for source, slot in _data_inputs(node.input):
-      if source in index and slot in resource_outputs.get(source, ()):
-        union(index[source], i)
-    for target in _class_targets(node):
-      if target in index:
-        union(index[target], i)
-  groups = {}
-  for i in range(len(names)):
-    groups.setdefault(find(i), []).append(i)
-  return [[names[root]] + [names[i] for i in members if i != root]
-          for root, members in groups.items() if len(members) > 1]
-
-
-def _data_inputs(inputs: Iterable[str]):
-  for name in inputs:
-    if name.startswith("^"):
-      continue
-    source, _, slot = name.partition(":")
-    yield source, int(slot) if slot else 0
-
-
-def _class_targets(node):
-  if "_class" not in node.attr:
-    return []
-  return [value.decode("utf-8")[len("loc:@"):]
-          for value in node.attr["_class"].list.s
-          if value.startswith(b"loc:@")]
+  if not registry_has_gpu_kernels():
+    return [None] * len(nodes), []
+  kinds = [table.kinds(node) for node in nodes]
+  group_kinds: Dict[str, set] = {}
+  for i, group in groups.items():
+    allowed = set(kinds[i] if kinds[i] is not None else hw.KINDS)
+    group_kinds[group] = group_kinds.get(group, set(hw.KINDS)) & allowed
+  conflicts = sorted(g for g, allowed in group_kinds.items() if not allowed)
+  for i, group in groups.items():
+    allowed = group_kinds[group]
+    if allowed and allowed != set(hw.KINDS):
+      kinds[i] = tuple(k for k in hw.KINDS if k in allowed)
+  return kinds, conflicts

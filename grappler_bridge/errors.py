@@ -16,3 +16,9 @@ class GraphLoadError(InputError):
 
 class PlacementError(InputError):
   """A placement breaks a device, kernel or colocation constraint."""
+
+
+def first_line(error: Exception) -> str:
+  """The first line of an error's text, to quote it in a one-line message."""
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__

@@ -55,6 +55,9 @@ class ExtractedGraph:
     capture_names: placeholder node names fed by captured tensors (e.g.
       variable handles), parallel to `captured_values`.
     captured_values: the captured eager tensors / resource handles.
+    capture_devices: the device each captured value lives on. The flat graph
+      does not pin them (as graph ops, variables may go anywhere), but a run
+      on the caller's own variables must keep each variable's ops with it.
     structured_outputs: the function's output structure, for re-packing.
   """
   meta_graph: meta_graph_pb2.MetaGraphDef
@@ -63,6 +66,7 @@ class ExtractedGraph:
   arg_names: list = dataclasses.field(default_factory=list)
   capture_names: list = dataclasses.field(default_factory=list)
   captured_values: list = dataclasses.field(default_factory=list)
+  capture_devices: list = dataclasses.field(default_factory=list)
   structured_outputs: Any = None
 
   @property
@@ -95,7 +99,6 @@ def from_concrete_function(concrete) -> ExtractedGraph:
   meta_graph = tf.compat.v1.train.export_meta_graph(
       graph_def=graph_def, graph=graph, clear_devices=False)
   flat = flatten(meta_graph, fetches)
-  _pin_captures(flat.graph_def, capture_tensors, concrete.captured_inputs)
   return ExtractedGraph(
       meta_graph=flat,
       fetches=fetches,
@@ -103,19 +106,8 @@ def from_concrete_function(concrete) -> ExtractedGraph:
       arg_names=[t.op.name for t in arg_tensors],
       capture_names=[t.op.name for t in capture_tensors],
       captured_values=list(concrete.captured_inputs),
+      capture_devices=[getattr(v, "device", "") for v in concrete.captured_inputs],
       structured_outputs=concrete.structured_outputs)
-
-
-def _pin_captures(graph_def, placeholders, values) -> None:
-  """Pins each captured-tensor placeholder to the device its value lives on.
-
-  A captured variable handle cannot move: the variable's memory is on its
-  device, so the handle (and through colocation every op using it) stays there.
-  """
-  devices = {p.op.name: getattr(v, "device", "") for p, v in zip(placeholders, values)}
-  for node in graph_def.node:
-    if devices.get(node.name):
-      node.device = devices[node.name]
 
 
 def from_saved_model(path: str, signature: str = "serving_default"
@@ -127,7 +119,7 @@ def from_saved_model(path: str, signature: str = "serving_default"
     loaded = tf.saved_model.load(path)
   except (OSError, ValueError, tf.errors.OpError) as e:
     raise errors.GraphLoadError(
-        f"{path}: cannot load SavedModel: {_first_line(e)}") from e
+        f"{path}: cannot load SavedModel: {errors.first_line(e)}") from e
   signatures = getattr(loaded, "signatures", {})
   if signature not in signatures:
     raise errors.GraphLoadError(
@@ -180,7 +172,7 @@ def flatten(meta_graph: meta_graph_pb2.MetaGraphDef,
         _flattening_config(), source, strip_default_attributes=False)
   except (tf.errors.OpError, ValueError, RuntimeError) as e:
     raise errors.GraphLoadError(
-        f"Grappler could not flatten the graph: {_first_line(e)}") from e
+        f"Grappler could not flatten the graph: {errors.first_line(e)}") from e
   leftovers = sorted({n.op for n in flat_graph_def.node} & _FUNCTIONAL_OPS)
   if leftovers:
     raise errors.GraphLoadError(
@@ -219,7 +211,7 @@ def _parse_text(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
     text_format.Parse(text, graph_def)
   except text_format.ParseError as e:
     raise errors.GraphLoadError(
-        f"{path}: not a text GraphDef or MetaGraphDef: {_first_line(e)}") from e
+        f"{path}: not a text GraphDef or MetaGraphDef: {errors.first_line(e)}") from e
   return _wrap_graph_def(path, graph_def)
 
 
@@ -238,7 +230,7 @@ def _parse_binary(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
   except (proto_message.DecodeError, RuntimeWarning, ValueError) as e:
     raise errors.GraphLoadError(
         f"{path}: not a binary GraphDef or MetaGraphDef "
-        f"(protobuf parse failed: {_first_line(e)})") from e
+        f"(protobuf parse failed: {errors.first_line(e)})") from e
   return _wrap_graph_def(path, graph_def)
 
 
@@ -273,18 +265,15 @@ def _signature_fetches(meta_graph) -> list:
 
 
 def _sink_nodes(graph_def) -> list:
-  """Nodes nobody consumes: the natural fetches of a bare GraphDef."""
-  consumed = set()
-  for node in graph_def.node:
-    for name in node.input:
-      consumed.add(name.lstrip("^").split(":")[0])
+  """Nodes nobody consumes: the natural fetches of a bare GraphDef.
+
+  (graph_view.sinks does the same for costing; graph_view imports this module,
+  so this one cannot import it back.)
+  """
+  consumed = {name.lstrip("^").split(":")[0]
+              for node in graph_def.node for name in node.input}
   return [n.name for n in graph_def.node if n.name not in consumed]
 
 
 def _unique(items) -> list:
   return list(dict.fromkeys(items))
-
-
-def _first_line(error: Exception) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else type(error).__name__

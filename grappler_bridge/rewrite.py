@@ -81,7 +81,7 @@ def check_placement(graph_def, *, check_kernels: bool = True) -> None:
     if not node.device:
       continue
     kind = tf.DeviceSpec.from_string(node.device).device_type
-    if kind and not constraints.has_kernel(node.op, kind):
+    if kind and not constraints.node_has_kernel(node, kind):
       raise errors.PlacementError(
           f"op {node.name!r} ({node.op}) has no {kind} kernel but is placed on "
           f"{node.device}")
@@ -114,6 +114,29 @@ def _matches(wanted: tf.DeviceSpec, have: tf.DeviceSpec) -> bool:
   return True
 
 
+def check_captures_stay(graph_def, extracted) -> None:
+  """Raises PlacementError if a captured value's ops leave its device.
+
+  Running on the caller's own variables means each variable stays where it
+  was created, and TF keeps every op using its handle on that device.
+  """
+  lives_on = {name: device for name, device in
+              zip(extracted.capture_names, extracted.capture_devices) if device}
+  if not lives_on:
+    return
+  devices = {node.name: node.device for node in graph_def.node}
+  groups = {name: group for group in constraints.colocation_groups(graph_def)
+            for name in group}
+  for name, home in lives_on.items():
+    home_spec = tf.DeviceSpec.from_string(home)
+    for member in groups.get(name, [name]):
+      device = devices.get(member)
+      if device and not _matches(tf.DeviceSpec.from_string(device), home_spec):
+        raise errors.PlacementError(
+            f"op {member!r} uses the captured variable {name!r}, which lives "
+            f"on {home}, but is placed on {device}")
+
+
 def placed_function(extracted: "extract.ExtractedGraph",
                     placement: Optional[Mapping[str, str]] = None,
                     *, check_devices: bool = True) -> Callable:
@@ -129,6 +152,7 @@ def placed_function(extracted: "extract.ExtractedGraph",
                if placement else extracted.graph_def)
   if check_devices:
     check_devices_exist(graph_def)
+  check_captures_stay(graph_def, extracted)
   arg_names = list(extracted.arg_names)
   capture_names = list(extracted.capture_names)
   captured = list(extracted.captured_values)

@@ -21,10 +21,10 @@ def prepare_tensorflow_environment():
   if tf is None:
     return
   # TensorFlow was imported before us: make sure tf.keras resolves to tf_keras.
-  keras_module = getattr(tf, "keras", None)
-  version = str(getattr(keras_module, "__version__", ""))
-  if version.startswith("3."):
+  bound_to = str(getattr(getattr(tf, "keras", None), "__name__", ""))
+  if not bound_to.startswith("tf_keras"):
     raise ImportError(
         "tf_gdp needs Keras 2 (tf_keras), but TensorFlow was already imported "
-        f"with tf.keras bound to Keras {version}. Set TF_USE_LEGACY_KERAS=1 "
-        "before importing TensorFlow, or import tf_gdp first.")
+        f"with tf.keras bound to {bound_to or 'another Keras'} (Keras 3). Set "
+        "TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import tf_gdp "
+        "first.")

@@ -5,6 +5,7 @@ import pytest
 
 from tf_gdp import errors
 from tf_gdp.graph import op_graph
+from tf_gdp.graph import describe
 
 
 def _graph(n, edges, groups=None):
@@ -43,7 +44,7 @@ def test_group_ids_share_ids_within_a_group_only():
 
 
 def test_summary_counts():
-  info = op_graph.summary(_graph(3, [(0, 1), (1, 2)], groups=["v", "v", None]))
+  info = describe.summary(_graph(3, [(0, 1), (1, 2)], groups=["v", "v", None]))
   assert info["nodes"] == 3 and info["edges"] == 2
   assert info["total_cost_us"]["GPU"] == 3.0
   assert info["nodes_with_cost"]["GPU"] == 2

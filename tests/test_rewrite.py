@@ -39,9 +39,10 @@ def _step_and_variable():
   return step, variable
 
 
-def _alternating_placement(graph_def):
-  """Spreads ops over two devices, keeping groups together and pins in place."""
-  pins = {node.name: node.device for node in graph_def.node if node.device}
+def _alternating_placement(extracted):
+  """Spreads ops over two devices, keeping groups with captured variables."""
+  graph_def = extracted.graph_def
+  pins = dict(zip(extracted.capture_names, extracted.capture_devices))
   placement = {node.name: pins.get(node.name, (_CPU0, _CPU1)[i % 2])
                for i, node in enumerate(graph_def.node)}
   for group in constraints.colocation_groups(graph_def):
@@ -61,7 +62,7 @@ def test_placed_function_matches_unplaced_and_updates_same_variable():
 
   variable.assign(start)
   extracted = extract.from_function(step, x)
-  placement = _alternating_placement(extracted.graph_def)
+  placement = _alternating_placement(extracted)
   assert len(set(placement.values())) == 2
   placed = rewrite.placed_function(extracted, placement)
   total, looped = placed(x)
@@ -100,14 +101,26 @@ def test_splitting_a_colocation_group_is_an_error():
     rewrite.apply_placement(extracted.graph_def, placement)
 
 
-def test_captured_variable_handle_is_pinned_to_the_variables_device():
+def test_ops_of_a_captured_variable_must_stay_on_its_device():
+  _two_cpus()
   step, variable = _step_and_variable()
   extracted = extract.from_function(step, tf.ones([4, 4]))
-  handle = next(n for n in extracted.graph_def.node
-                if n.name == extracted.capture_names[0])
-  assert handle.device == variable.handle.device
-  with pytest.raises(errors.PlacementError, match="pinned to"):
-    rewrite.apply_placement(extracted.graph_def, {handle.name: _CPU1})
+  assert extracted.capture_devices == [variable.handle.device]
+  group = next(g for g in constraints.colocation_groups(extracted.graph_def)
+               if extracted.capture_names[0] in g)
+  with pytest.raises(errors.PlacementError, match="lives on"):
+    rewrite.placed_function(extracted, {name: _CPU1 for name in group})
+
+
+def test_op_pinned_by_the_user_cannot_move():
+  def pinned(x):
+    with tf.device("/device:CPU:0"):
+      y = tf.square(x, name="pinned_square")
+    return y + 1.0
+  extracted = extract.from_function(pinned, tf.ones([2]))
+  rewrite.apply_placement(extracted.graph_def, {"pinned_square": _CPU0})
+  with pytest.raises(errors.PlacementError, match="is pinned to"):
+    rewrite.apply_placement(extracted.graph_def, {"pinned_square": _CPU1})
 
 
 def test_op_without_gpu_kernel_on_gpu_is_an_error():

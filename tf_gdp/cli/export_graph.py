@@ -7,7 +7,6 @@ Examples:
 """
 
 from absl import flags
-from absl import logging
 
 from tf_gdp import errors
 from tf_gdp import fileio
@@ -58,6 +57,5 @@ def main(argv):
     from grappler_bridge import graph_io  # pylint: disable=g-import-not-at-top
     fileio.write_atomically(
         out, graph_io.serialize_meta_graph(loaded.extracted.meta_graph, out))
-  logging.info("wrote %s", out)
   print(f"wrote {out}: {loaded.graph.num_nodes} nodes, "
         f"{loaded.graph.num_edges} edges")

@@ -33,7 +33,8 @@ def run(argv=None) -> None:
     sys.exit(0 if len(argv) >= 2 else 2)
   command = argv[1]
   if command not in COMMANDS:
-    sys.stderr.write(f"error: unknown command {command!r}\n{usage()}\n")
+    sys.stderr.write(f"error: unknown command {command!r} (commands: "
+                     f"{', '.join(COMMANDS)}; see tf-gdp --help)\n")
     sys.exit(2)
   module = importlib.import_module(COMMANDS[command][0])
   runner.run_command(module.main, [f"tf-gdp {command}"] + argv[2:])

@@ -1,36 +1,27 @@
-"""Named device presets: which hardware spec prices each device kind.
+"""Which hardware spec prices each device kind for a `--devices` value.
 
-A preset name (the CLI's `--devices`) says what machine the graph is costed
-for: `p100x4` prices GPU ops as a P100 and CPU ops as a server host CPU. The
-full topologies (device counts, memory, links) build on these names.
+A graph is costed for the machine it will be placed on: `p100x4` prices GPU
+ops as a P100 and CPU ops as a server host CPU; `cpu-workers:K` prices CPU
+ops as one core of this machine. The topology's `hardware` field says which.
 """
 
 from grappler_bridge import hardware
 
 from tf_gdp import errors
+from tf_gdp.cost import topology
 
-# preset -> {device kind: hardware spec name}
-_KIND_SPECS = {
-    "p100x2": {"GPU": "p100", "CPU": "host_cpu"},
-    "p100x4": {"GPU": "p100", "CPU": "host_cpu"},
-    "v100x8": {"GPU": "v100", "CPU": "host_cpu"},
-    "h100x8": {"GPU": "h100", "CPU": "host_cpu"},
-}
-_CPU_WORKERS = "cpu-workers"
 DEFAULT = "p100x4"
 
 
 def names() -> list:
-  return sorted(_KIND_SPECS) + [f"{_CPU_WORKERS}:K"]
+  return topology.preset_names()
 
 
-def kind_hardware(preset: str) -> dict:
-  """{device kind: HardwareSpec} used to cost graphs for `preset`."""
-  if preset in _KIND_SPECS:
-    return {kind: hardware.get_spec(spec)
-            for kind, spec in _KIND_SPECS[preset].items()}
-  name, _, count = preset.partition(":")
-  if name == _CPU_WORKERS and count.isdigit() and int(count) > 0:
-    return {"CPU": hardware.get_spec("local_cpu_core")}
-  raise errors.InputError(
-      f"unknown device preset {preset!r} (known: {', '.join(names())})")
+def kind_hardware(devices: str) -> dict:
+  """{device kind: HardwareSpec} for a preset name or topology file."""
+  topo = topology.get(devices)
+  if not topo.hardware:
+    raise errors.InputError(
+        f"topology {topo.name!r} has no 'hardware' field saying which hardware "
+        "spec prices each device kind")
+  return {kind: hardware.get_spec(spec) for kind, spec in topo.hardware.items()}

@@ -5,7 +5,7 @@ from tf_gdp.graph.json_io import load_json
 from tf_gdp.graph.json_io import save_json
 from tf_gdp.graph.json_io import to_document
 from tf_gdp.graph.op_graph import OpGraph
-from tf_gdp.graph.op_graph import summary
+from tf_gdp.graph.describe import summary
 
 __all__ = ["OpGraph", "from_document", "load_json", "save_json", "summary",
            "to_document"]

@@ -9,7 +9,7 @@ policy read the arrays directly, so they are plain numpy and built once.
 import dataclasses
 import functools
 import heapq
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -251,27 +251,3 @@ def _int_array(values, what: str, dtype=np.int64, minimum: int = 0) -> np.ndarra
     raise errors.GraphFormatError(
         f"{what}[{int(bad[0])}] is {int(array[bad[0]])}: must be >= {minimum}")
   return array
-
-
-def summary(graph: OpGraph) -> dict[str, Any]:
-  """Counts and totals that `inspect` prints and tests compare."""
-  in_groups = sum(g is not None for g in graph.colocation_groups)
-  return {
-      "name": graph.name,
-      "nodes": graph.num_nodes,
-      "edges": graph.num_edges,
-      "control_edges": int((graph.edge_output == CONTROL_OUTPUT).sum()),
-      "back_edges": int(graph.back_edges.shape[0]),
-      "fetches": len(graph.fetches),
-      "op_types": len(set(graph.op_types)),
-      "total_cost_us": {k: graph.total_cost(k) for k in graph.kinds},
-      "nodes_with_cost": {k: int((v > 0).sum()) for k, v in graph.costs.items()},
-      "persistent_bytes": int(graph.memory_bytes.sum()),
-      "output_bytes": int(graph.output_bytes.sum()),
-      "edge_bytes": int(graph.edge_bytes.sum()),
-      "colocation_groups": len({g for g in graph.colocation_groups
-                                if g is not None}),
-      "nodes_in_groups": in_groups,
-      "kind_restricted_nodes": sum(k is not None for k in graph.device_kinds),
-      "pinned_nodes": sum(d is not None for d in graph.pinned_devices),
-  }

@@ -50,9 +50,8 @@ def load_model(model: str, *, knobs: str = "", devices: str = presets.DEFAULT,
                cross_check: bool = False) -> LoadedGraph:
   """Builds a zoo model's training step and costs it for `devices`."""
   from tf_gdp import zoo  # pylint: disable=g-import-not-at-top
-  kind_hardware = presets.kind_hardware(devices)  # fail fast on a bad preset
-  del kind_hardware
-  parsed = zoo.parse_knobs(model, knobs) if knobs else {}
+  presets.kind_hardware(devices)  # fail fast on a bad preset, before building
+  parsed = zoo.parse_knobs(knobs, model) if knobs else {}
   extracted = zoo.extract(model, **parsed)
   graph = cost(extracted, name=model, devices=devices, cross_check=cross_check,
                metadata={"model": model, "knobs": parsed})

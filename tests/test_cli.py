@@ -1,0 +1,124 @@
+"""The CLI's contract: exit 0 on success, 2 with one line for bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+
+
+def _cli(*args, timeout=600):
+  return subprocess.run([sys.executable, "-m", "tf_gdp", *args], env=_ENV,
+                        text=True, capture_output=True, timeout=timeout,
+                        check=False)
+
+
+def _error_lines(result):
+  """stderr lines that are ours (TF's C++ start-up chatter filtered out)."""
+  return [line for line in result.stderr.splitlines()
+          if line and not line.startswith(("WARNING: All log", "I0000", "W0000",
+                                           "E0000"))]
+
+
+def _assert_bad_input(result, message):
+  assert result.returncode == 2, result.stderr
+  lines = _error_lines(result)
+  assert len(lines) == 1, lines
+  assert lines[0].startswith("error: ") and message in lines[0], lines[0]
+  assert "Traceback" not in result.stderr
+
+
+def _tiny_document(cyclic=False):
+  edges = [{"src": 0, "dst": 1, "bytes": 64}]
+  if cyclic:
+    edges.append({"src": 1, "dst": 0, "bytes": 64})
+  return {"format": "tf-gdp-opgraph", "version": 1, "name": "tiny",
+          "nodes": [{"name": "a", "op": "MatMul", "cost": {"GPU": 5.0},
+                     "output_bytes": 64, "memory_bytes": 0},
+                    {"name": "b", "op": "Relu", "cost": {"GPU": 1.0},
+                     "output_bytes": 64, "memory_bytes": 0}],
+          "edges": edges}
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path):
+  truncated = tmp_path / "truncated.json"
+  truncated.write_text(json.dumps(_tiny_document())[:-20])
+  cyclic = tmp_path / "cyclic.json"
+  cyclic.write_text(json.dumps(_tiny_document(cyclic=True)))
+  garbage = tmp_path / "garbage.pb"
+  garbage.write_bytes(os.urandom(4096))
+  cases = [
+      (["inspect", f"--graph={tmp_path / 'missing.json'}"], "no such file"),
+      (["inspect", f"--graph={truncated}"], "invalid JSON"),
+      (["inspect", f"--graph={cyclic}"], "cycle"),
+      (["inspect", f"--graph={garbage}"], "not a binary GraphDef or MetaGraphDef"),
+      (["inspect", "--top=-1", f"--graph={cyclic}"], "top"),
+      (["inspect"], "graph"),
+      (["no-such-command"], "unknown command"),
+      (["export-graph", "--model=no_such_model", f"--out={tmp_path / 'x.json'}"],
+       "unknown model"),
+      (["export-graph", "--model=gnmt", "--devices=tpu9000",
+        f"--out={tmp_path / 'y.json'}"], "unknown devices 'tpu9000'"),
+  ]
+  for args, message in cases:
+    _assert_bad_input(_cli(*args), message)
+  assert not [p for p in os.listdir(tmp_path) if p.startswith(("x.", "y.", ".tmp"))]
+
+
+def test_inspect_json_prints_counts(tmp_path):
+  path = tmp_path / "tiny.json"
+  path.write_text(json.dumps(_tiny_document()))
+  result = _cli("inspect", f"--graph={path}", "--json")
+  assert result.returncode == 0, result.stderr
+  info = json.loads(result.stdout)
+  assert info["nodes"] == 2 and info["edges"] == 1
+  assert info["total_cost_us"] == {"GPU": 6.0}
+  assert info["largest_ops"][0]["name"] == "a"
+
+
+def test_help_lists_commands():
+  result = _cli("--help")
+  assert result.returncode == 0
+  assert "export-graph" in result.stdout and "inspect" in result.stdout
+
+
+# Ops that launch no kernel or only move metadata: a zero cost is right for them.
+_FREE_OPS = {"Const", "Placeholder", "NoOp", "VarHandleOp", "Identity", "IdentityN",
+             "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
+             "ReadVariableOp", "Shape", "Reshape", "StopGradient", "Empty"}
+
+
+def test_export_inception_v3_training_step_then_inspect(tmp_path):
+  """The foundation's acceptance check, on the real default-size graph."""
+  out = tmp_path / "i.json"
+  result = _cli("export-graph", "--model=inception_v3", f"--out={out}")
+  assert result.returncode == 0, result.stderr
+  document = json.loads(out.read_text())
+  nodes = document["nodes"]
+  assert len(nodes) > 4000
+  assert document["metadata"]["cost_source"]["GPU"].startswith("roofline")
+  compute = [n for n in nodes if n["op"] not in _FREE_OPS]
+  assert len(compute) > 2000
+  zero = [(n["name"], n["op"]) for n in compute if n["cost"]["GPU"] <= 0]
+  assert not zero, zero[:5]
+  ops = {n["op"] for n in nodes}
+  assert {"Conv2D", "Conv2DBackpropFilter", "ResourceApplyGradientDescent"} <= ops
+  inspected = _cli("inspect", f"--graph={out}")
+  assert inspected.returncode == 0, inspected.stderr
+  assert f"nodes {len(nodes):>14,}".replace(" ", "") in inspected.stdout.replace(" ", "")
+  assert "colocation_groups" in inspected.stdout
+
+
+def test_export_metagraph_pb_and_inspect_it(tmp_path):
+  out = tmp_path / "g.pb"
+  knobs = "hidden_size=8,vocab_size=20,batch=2,source_length=3,target_length=3"
+  result = _cli("export-graph", "--model=gnmt", f"--knobs={knobs}", f"--out={out}")
+  assert result.returncode == 0, result.stderr
+  inspected = _cli("inspect", f"--graph={out}", "--json", "--devices=v100x8")
+  assert inspected.returncode == 0, inspected.stderr
+  info = json.loads(inspected.stdout)
+  assert info["nodes"] > 500 and info["back_edges"] == 0
+  assert info["total_cost_us"]["GPU"] > 0

@@ -1,0 +1,83 @@
+"""Device topologies: presets, JSON files, and clear errors for bad ones."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tf_gdp import errors
+from tf_gdp.cost import presets
+from tf_gdp.cost import topology
+
+
+@pytest.mark.parametrize("name,gpus,memory_gib", [
+    ("p100x2", 2, 16), ("p100x4", 4, 16), ("v100x8", 8, 32), ("h100x8", 8, 80)])
+def test_gpu_presets_have_gpus_plus_a_host_cpu(name, gpus, memory_gib):
+  topo = topology.get(name)
+  assert topo.kinds == ["GPU"] * gpus + ["CPU"]
+  assert topo.memory_bytes[0] == memory_gib * topology.GIB
+  assert np.all(topo.bandwidth_gbps[~np.eye(gpus + 1, dtype=bool)] > 0)
+
+
+def test_v100_nvlink_pairs_are_faster_than_pcie_pairs():
+  topo = topology.get("v100x8")
+  assert topo.bandwidth_gbps[0, 3] == 50.0  # two NVLinks in the DGX-1 mesh
+  assert topo.bandwidth_gbps[0, 1] == 25.0
+  assert topo.bandwidth_gbps[0, 5] == 12.0  # no direct link: PCIe via the host
+
+
+def test_transfer_time_is_latency_plus_bytes_over_bandwidth():
+  topo = topology.get("p100x2")
+  assert topo.transfer_us(0, 1, 12e6) == pytest.approx(10.0 + 1000.0)
+  assert topo.transfer_us(1, 1, 12e6) == 0.0
+
+
+def test_cpu_workers_and_file_round_trip(tmp_path, monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  topo = topology.get("cpu-workers:3")
+  assert topo.num_devices == 3 and topo.hardware == {"CPU": "local_cpu_core"}
+  path = str(tmp_path / "t.json")
+  topology.save(topo, path)
+  again = topology.get(path)
+  assert topology.to_document(again) == topology.to_document(topo)
+  # a calibrated file, once saved where `calibrate` puts it, is what the preset returns
+  topology.save(topology.custom("measured", topo.devices, topo.bandwidth_gbps * 2,
+                                topo.latency_us, topo.hardware),
+                topology.calibrated_path(3))
+  assert topology.get("cpu-workers:3").bandwidth_gbps[0, 1] == 2.0
+
+
+def test_preset_prices_kinds_with_the_right_hardware():
+  specs = presets.kind_hardware("v100x8")
+  assert specs["GPU"].name == "v100" and specs["CPU"].kind == "CPU"
+
+
+def _document(**changes):
+  document = {"format": "tf-gdp-topology", "version": 1, "name": "t",
+              "hardware": {"CPU": "host_cpu"},
+              "devices": [{"name": "/device:CPU:0", "kind": "CPU", "memory_bytes": 1024},
+                          {"name": "/device:CPU:1", "kind": "CPU", "memory_bytes": 1024}],
+              "links": {"bandwidth_gbps": [[0, 1], [1, 0]], "latency_us": [[0, 5], [5, 0]]}}
+  document.update(changes)
+  return document
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"devices": []}, "has no devices"),
+    ({"links": {"bandwidth_gbps": [[0, 0], [0, 0]], "latency_us": [[0, 5], [5, 0]]}},
+     "bandwidth > 0"),
+    ({"links": {"bandwidth_gbps": [[0, 1]], "latency_us": [[0, 5], [5, 0]]}}, "2x2"),
+    ({"version": 9}, "unsupported topology version"),
+    ({"devices": [{"name": "/device:CPU:0", "kind": "CPU", "memory_bytes": -1}]},
+     "memory_bytes must be a positive integer"),
+])
+def test_bad_topology_files(tmp_path, changes, message):
+  path = tmp_path / "bad.json"
+  path.write_text(json.dumps(_document(**changes)))
+  with pytest.raises(errors.InputError, match=message):
+    topology.get(str(path))
+
+
+def test_unknown_preset():
+  with pytest.raises(errors.InputError, match="unknown devices 'tpu9000'"):
+    topology.get("tpu9000")

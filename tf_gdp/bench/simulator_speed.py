@@ -1,0 +1,182 @@
+"""How long one simulator evaluation takes on a large synthetic graph.
+
+The simulator is the reward of placement training, so its per-placement time
+bounds how fast training can go (issue 3 asks for <= 50 ms median on a
+50k-node graph). This times `simulate` (one placement per call, as the
+environment uses it) and `simulate_batch` on a layered DAG, for random and
+round-robin placements, on each topology named.
+
+Example:
+  python -m tf_gdp.bench.simulator_speed --json_out=/tmp/sim_speed.json
+"""
+
+import json
+import platform
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from tf_gdp import fileio
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import op_graph
+
+_NUM_NODES = flags.DEFINE_integer("num_nodes", 50_000,
+                                  "Nodes of the synthetic layered DAG.",
+                                  lower_bound=2)
+_WIDTH = flags.DEFINE_integer("width", 100, "Nodes per layer.", lower_bound=1)
+_TOPOLOGIES = flags.DEFINE_list("topologies", ["p100x4", "v100x8"],
+                                "Topology presets or files.")
+_REPEATS = flags.DEFINE_integer("repeats", 30,
+                                "Evaluations timed per placement kind "
+                                "(each a fresh placement).", lower_bound=1)
+_BATCH = flags.DEFINE_integer("batch", 16, "Placements per simulate_batch "
+                              "call (0 skips the batch timing).", lower_bound=0)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of graph and placements.")
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
+
+
+def layered_graph(num_nodes: int, *, width: int = 100,
+                  seed: int = 0) -> op_graph.OpGraph:
+  """A random layered DAG shaped like a deep network's training step.
+
+  Layers of `width` ops; each op reads 1-3 tensors from the previous three
+  layers (~2 in-edges per op), some ops have two outputs, ~5% of the edges
+  are control edges, ~2% of the ops hold variables. GPU costs are uniform in
+  1-100 us, CPU costs 5-20x that, output sizes log-uniform in 1 KB-10 MB.
+  """
+  rng = np.random.default_rng(seed)
+  layer = np.arange(num_nodes) // width
+  gpu_cost = rng.uniform(1.0, 100.0, num_nodes)
+  cpu_cost = gpu_cost * rng.uniform(5.0, 20.0, num_nodes)
+  output_bytes = np.exp(rng.uniform(np.log(1e3), np.log(1e7),
+                                    num_nodes)).astype(np.int64)
+  two_outputs = rng.random(num_nodes) < 0.1
+  src, dst, nbytes, slot = [], [], [], []
+  for v in range(width, num_nodes):
+    lo = max(0, (layer[v] - 3) * width)
+    hi = layer[v] * width
+    for u in set(rng.integers(lo, hi, size=rng.integers(1, 4)).tolist()):
+      src.append(u)
+      dst.append(v)
+      if rng.random() < 0.05:
+        nbytes.append(0)
+        slot.append(-1)
+      else:
+        out = int(two_outputs[u] and rng.random() < 0.5)
+        share = 2 if two_outputs[u] else 1
+        nbytes.append(int(output_bytes[u]) // share)
+        slot.append(out)
+  memory = np.where(rng.random(num_nodes) < 0.02,
+                    rng.integers(1 << 20, 50 << 20, num_nodes), 0)
+  names = [f"layer{layer[i]}/op{i}" for i in range(num_nodes)]
+  return op_graph.OpGraph.build(
+      name=f"layered_{num_nodes}", node_names=names,
+      op_types=["Synthetic"] * num_nodes,
+      costs={"GPU": gpu_cost, "CPU": cpu_cost}, output_bytes=output_bytes,
+      memory_bytes=memory, edge_src=src, edge_dst=dst, edge_bytes=nbytes,
+      edge_output=slot, fetches=names[-width:])
+
+
+def placements(kind: str, n: int, d: int, rng) -> np.ndarray:
+  """`random` (uniform over devices) or `round_robin` (rotated by one draw)."""
+  if kind == "random":
+    return rng.integers(0, d, n)
+  return (np.arange(n) + rng.integers(0, d)) % d
+
+
+def time_single(graph, topo, kind: str, repeats: int, rng) -> list:
+  """Milliseconds of each `simulate` call on a fresh placement."""
+  times = []
+  for _ in range(repeats):
+    placement = placements(kind, graph.num_nodes, topo.num_devices, rng)
+    start = time.perf_counter()
+    simulator.simulate(graph, placement, topo)
+    times.append((time.perf_counter() - start) * 1e3)
+  return times
+
+
+def time_batch(graph, topo, kind: str, batch: int, rng) -> float:
+  """Milliseconds per placement inside one `simulate_batch` call."""
+  stacked = np.stack([placements(kind, graph.num_nodes, topo.num_devices, rng)
+                      for _ in range(batch)])
+  start = time.perf_counter()
+  simulator.simulate_batch(graph, stacked, topo)
+  return (time.perf_counter() - start) * 1e3 / batch
+
+
+def run(num_nodes: int, width: int, topologies, repeats: int, batch: int,
+        seed: int) -> dict:
+  """Times every (topology, placement kind); returns the JSON document."""
+  rng = np.random.default_rng(seed)
+  start = time.perf_counter()
+  graph = layered_graph(num_nodes, width=width, seed=seed)
+  build_s = time.perf_counter() - start
+  start = time.perf_counter()
+  simulator.prepare(graph)
+  prepare_s = time.perf_counter() - start
+  rows = []
+  for name in topologies:
+    topo = topology_lib.get(name)
+    start = time.perf_counter()
+    simulator.simulate(graph, np.zeros(num_nodes, np.int64), topo)  # warm-up
+    first_s = time.perf_counter() - start
+    for kind in ("random", "round_robin"):
+      ms = time_single(graph, topo, kind, repeats, rng)
+      sample = simulator.simulate(
+          graph, placements(kind, num_nodes, topo.num_devices, rng), topo)
+      rows.append({
+          "topology": topo.name, "placement": kind,
+          "median_ms": float(np.median(ms)),
+          "p90_ms": float(np.percentile(ms, 90)),
+          "batch_ms_per_placement": (time_batch(graph, topo, kind, batch, rng)
+                                     if batch else None),
+          "first_call_s": first_s,
+          "sample_step_time_us": sample.step_time_us,
+          "sample_num_transfers": sample.num_transfers,
+          "repeats": repeats})
+  return {
+      "benchmark": "simulator_speed",
+      "command": " ".join(["python -m tf_gdp.bench.simulator_speed"] +
+                          sys.argv[1:]),
+      "graph": {"name": graph.name, "nodes": graph.num_nodes,
+                "edges": graph.num_edges, "build_s": build_s,
+                "prepare_s": prepare_s},
+      "compiled": simulator.HAVE_NUMBA,
+      "machine": {"python": platform.python_version(),
+                  "processor": platform.processor() or platform.machine()},
+      "rows": rows,
+  }
+
+
+def format_table(result: dict) -> str:
+  graph = result["graph"]
+  lines = [f"simulator speed: {graph['name']} ({graph['nodes']} nodes, "
+           f"{graph['edges']} edges; prepare {graph['prepare_s']:.2f} s, "
+           f"compiled={result['compiled']})",
+           f"{'topology':<10} {'placement':<12} {'median ms':>10} "
+           f"{'p90 ms':>8} {'batch ms/pl':>12} {'transfers':>10}"]
+  for row in result["rows"]:
+    batch = row["batch_ms_per_placement"]
+    lines.append(
+        f"{row['topology']:<10} {row['placement']:<12} "
+        f"{row['median_ms']:>10.1f} {row['p90_ms']:>8.1f} "
+        f"{'-' if batch is None else f'{batch:.1f}':>12} "
+        f"{row['sample_num_transfers']:>10}")
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  result = run(_NUM_NODES.value, _WIDTH.value, _TOPOLOGIES.value,
+               _REPEATS.value, _BATCH.value, _SEED.value)
+  print(format_table(result))
+  if _JSON_OUT.value:
+    fileio.write_atomically(_JSON_OUT.value, json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+  app.run(main)

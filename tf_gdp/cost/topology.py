@@ -1,0 +1,288 @@
+"""Device topologies: the devices a graph is placed on and the links between them.
+
+A topology names each device (a TF device string), its kind (whose cost
+column of the op graph prices its ops), a speed factor and a memory capacity,
+and for every ordered pair of devices the link bandwidth and latency. Presets
+describe real machines; custom clusters come from a JSON file:
+
+  {"format": "tf-gdp-topology", "version": 1, "name": "my-box",
+   "hardware": {"GPU": "v100", "CPU": "host_cpu"},
+   "devices": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0",
+                "kind": "GPU", "memory_bytes": 34359738368, "speed": 1.0}, ...],
+   "links": {"bandwidth_gbps": [[...], ...], "latency_us": [[...], ...]}}
+
+`hardware` says which hardware spec priced each kind's op costs (see
+`grappler_bridge.hardware`), so a graph and a topology can be checked to
+agree. `bandwidth_gbps` is in GB/s (1e9 bytes per second), `latency_us` in
+microseconds; diagonal entries are ignored.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from tf_gdp import errors
+from tf_gdp import fileio
+
+FORMAT = "tf-gdp-topology"
+VERSION = 1
+GIB = 1 << 30
+
+# --- link figures, with sources -------------------------------------------
+# PCIe 3.0 x16: 15.75 GB/s theoretical; ~12 GB/s achieved by cudaMemcpy with
+# pinned memory (NVIDIA bandwidthTest on P100/V100 hosts). Latency of a small
+# copy (launch + DMA setup) ~10 us.
+_PCIE3_GBPS, _PCIE3_LATENCY_US = 12.0, 10.0
+# PCIe 5.0 x16 (H100 hosts): 63 GB/s theoretical, ~50 GB/s achieved.
+_PCIE5_GBPS, _PCIE5_LATENCY_US = 50.0, 8.0
+# NVLink 2.0 on DGX-1V (8x V100, hybrid cube mesh): 25 GB/s per link per
+# direction; each GPU has 6 links to 4 neighbours (2 links to 2 of them).
+# Pairs without a direct link go over PCIe through the host.
+_NVLINK2_LINK_GBPS, _NVLINK_LATENCY_US = 25.0, 5.0
+# DGX-1 hybrid cube mesh: GPU i's direct NVLink neighbours (and link counts).
+_DGX1_NVLINK = {
+    0: {1: 1, 2: 1, 3: 2, 4: 2}, 1: {0: 1, 2: 2, 3: 1, 5: 2},
+    2: {0: 1, 1: 2, 3: 1, 6: 2}, 3: {0: 2, 1: 1, 2: 1, 7: 2},
+    4: {0: 2, 5: 1, 6: 1, 7: 2}, 5: {1: 2, 4: 1, 6: 2, 7: 1},
+    6: {2: 2, 4: 1, 5: 2, 7: 1}, 7: {3: 2, 4: 2, 5: 1, 6: 1},
+}
+# H100 SXM on DGX H100: NVLink 4 through NVSwitch, 450 GB/s per direction per
+# GPU, all-to-all; ~3 us latency for a small transfer.
+_NVSWITCH_GBPS, _NVSWITCH_LATENCY_US = 450.0, 3.0
+# Host memory available to the CPU device in the presets (a server host).
+_HOST_MEMORY = 256 * GIB
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+  """One placeable device."""
+  name: str
+  kind: str
+  memory_bytes: int
+  speed: float = 1.0  # op time = the kind's cost / speed
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Topology:
+  """Devices plus [d, d] link bandwidth (GB/s) and latency (us) matrices."""
+  name: str
+  devices: tuple
+  bandwidth_gbps: np.ndarray
+  latency_us: np.ndarray
+  hardware: Mapping[str, str]
+
+  def __post_init__(self):
+    d = len(self.devices)
+    if d == 0:
+      raise errors.InputError(f"topology {self.name!r} has no devices")
+    names = [dev.name for dev in self.devices]
+    if len(set(names)) != d:
+      raise errors.InputError(f"topology {self.name!r} names a device twice")
+    for dev in self.devices:
+      if dev.memory_bytes <= 0 or not np.isfinite(dev.speed) or dev.speed <= 0:
+        raise errors.InputError(
+            f"device {dev.name}: memory and speed must be positive")
+    for label, matrix in (("bandwidth_gbps", self.bandwidth_gbps),
+                          ("latency_us", self.latency_us)):
+      if matrix.shape != (d, d):
+        raise errors.InputError(f"{label} must be a {d}x{d} matrix")
+      off_diagonal = matrix[~np.eye(d, dtype=bool)]
+      if not np.all(np.isfinite(off_diagonal)) or np.any(off_diagonal < 0):
+        raise errors.InputError(f"{label} must be finite and >= 0")
+    if d > 1 and np.any(self.bandwidth_gbps[~np.eye(d, dtype=bool)] <= 0):
+      raise errors.InputError(
+          f"topology {self.name!r}: every link needs a bandwidth > 0")
+
+  @property
+  def num_devices(self) -> int:
+    return len(self.devices)
+
+  @property
+  def device_names(self) -> list:
+    return [dev.name for dev in self.devices]
+
+  @property
+  def kinds(self) -> list:
+    return [dev.kind for dev in self.devices]
+
+  @property
+  def memory_bytes(self) -> np.ndarray:
+    return np.array([dev.memory_bytes for dev in self.devices], np.int64)
+
+  @property
+  def speeds(self) -> np.ndarray:
+    return np.array([dev.speed for dev in self.devices], np.float64)
+
+  def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
+    """Time to move `nbytes` from device `src` to `dst` (0 on one device)."""
+    if src == dst:
+      return 0.0
+    return float(self.latency_us[src, dst] +
+                 nbytes / (self.bandwidth_gbps[src, dst] * 1e3))
+
+  def devices_of_kind(self, kind: str) -> list:
+    return [i for i, dev in enumerate(self.devices) if dev.kind == kind]
+
+
+def _gpu_box(name: str, gpu_spec: str, count: int, gpu_memory: int,
+             gpu_links, host_gbps: float, host_latency: float) -> Topology:
+  """`count` GPUs plus the host CPU; `gpu_links(i, j)` -> (GB/s, us)."""
+  devices = [Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU",
+                    gpu_memory) for i in range(count)]
+  devices.append(Device("/job:localhost/replica:0/task:0/device:CPU:0", "CPU",
+                        _HOST_MEMORY))
+  d = count + 1
+  bandwidth = np.zeros((d, d))
+  latency = np.zeros((d, d))
+  for i in range(d):
+    for j in range(d):
+      if i == j:
+        continue
+      if i == count or j == count:
+        bandwidth[i, j], latency[i, j] = host_gbps, host_latency
+      else:
+        bandwidth[i, j], latency[i, j] = gpu_links(i, j)
+  return Topology(name, tuple(devices), bandwidth, latency,
+                  {"GPU": gpu_spec, "CPU": "host_cpu"})
+
+
+def _pcie(_i, _j):
+  return _PCIE3_GBPS, _PCIE3_LATENCY_US
+
+
+def _dgx1_nvlink(i, j):
+  links = _DGX1_NVLINK[i].get(j, 0)
+  if links:
+    return links * _NVLINK2_LINK_GBPS, _NVLINK_LATENCY_US
+  return _PCIE3_GBPS, _PCIE3_LATENCY_US
+
+
+def _nvswitch(_i, _j):
+  return _NVSWITCH_GBPS, _NVSWITCH_LATENCY_US
+
+
+def _local_cpu_workers(count: int) -> Topology:
+  """K single-core TF worker processes on this machine, linked over loopback.
+
+  Uses the calibrated file from `tf-gdp calibrate` when one exists (see
+  `calibrated_path`); these defaults are what loopback gRPC between two
+  workers gives on a typical machine and are only a starting point.
+  """
+  path = calibrated_path(count)
+  if os.path.isfile(path):
+    return load(path)
+  devices = tuple(Device(f"/job:worker/replica:0/task:{i}/device:CPU:0", "CPU",
+                         8 * GIB) for i in range(count))
+  bandwidth = np.full((count, count), 1.0)
+  latency = np.full((count, count), 300.0)
+  return Topology(f"cpu-workers:{count}", devices, bandwidth, latency,
+                  {"CPU": "local_cpu_core"})
+
+
+_PRESETS = {
+    "p100x2": lambda: _gpu_box("p100x2", "p100", 2, 16 * GIB, _pcie,
+                               _PCIE3_GBPS, _PCIE3_LATENCY_US),
+    "p100x4": lambda: _gpu_box("p100x4", "p100", 4, 16 * GIB, _pcie,
+                               _PCIE3_GBPS, _PCIE3_LATENCY_US),
+    "v100x8": lambda: _gpu_box("v100x8", "v100", 8, 32 * GIB, _dgx1_nvlink,
+                               _PCIE3_GBPS, _PCIE3_LATENCY_US),
+    "h100x8": lambda: _gpu_box("h100x8", "h100", 8, 80 * GIB, _nvswitch,
+                               _PCIE5_GBPS, _PCIE5_LATENCY_US),
+}
+CPU_WORKERS = "cpu-workers"
+
+
+def preset_names() -> list:
+  return sorted(_PRESETS) + [f"{CPU_WORKERS}:K"]
+
+
+def calibrated_path(count: int) -> str:
+  """Where `calibrate` stores the measured cpu-workers:K topology."""
+  root = os.environ.get("TF_GDP_HOME", os.path.expanduser("~/.cache/tf_gdp"))
+  return os.path.join(root, f"cpu-workers-{count}.json")
+
+
+def get(spec: str) -> Topology:
+  """A preset name (`p100x4`, `cpu-workers:2`, ...) or a topology JSON file."""
+  if spec in _PRESETS:
+    return _PRESETS[spec]()
+  name, _, count = spec.partition(":")
+  if name == CPU_WORKERS:
+    if not count.isdigit() or not 1 <= int(count) <= 64:
+      raise errors.InputError(f"{spec!r}: use cpu-workers:K with 1 <= K <= 64")
+    return _local_cpu_workers(int(count))
+  if spec.endswith(".json") or os.path.exists(spec):
+    return load(spec)
+  raise errors.InputError(
+      f"unknown devices {spec!r} (presets: {', '.join(preset_names())}; or a "
+      "topology .json file)")
+
+
+def load(path: str) -> Topology:
+  """Reads a topology JSON file; InputError with one line if it is bad."""
+  if not os.path.isfile(path):
+    raise errors.InputError(f"{path}: no such topology file")
+  try:
+    with open(path, encoding="utf-8") as f:
+      document = json.load(f, parse_constant=_reject_constant)
+  except (ValueError, UnicodeDecodeError, RecursionError) as e:
+    raise errors.InputError(f"{path}: not a topology JSON file: {e}") from e
+  try:
+    return from_document(document)
+  except errors.InputError as e:
+    raise errors.InputError(f"{path}: {e}") from e
+
+
+def from_document(document) -> Topology:
+  if not isinstance(document, dict) or document.get("format") != FORMAT:
+    raise errors.InputError(f"format must be {FORMAT!r}")
+  if document.get("version") != VERSION:
+    raise errors.InputError(
+        f"unsupported topology version {document.get('version')!r}")
+  try:
+    devices = tuple(
+        Device(str(dev["name"]), str(dev["kind"]), _positive_int(dev["memory_bytes"]),
+               float(dev.get("speed", 1.0)))
+        for dev in document["devices"])
+    links = document["links"]
+    bandwidth = np.array(links["bandwidth_gbps"], np.float64)
+    latency = np.array(links["latency_us"], np.float64)
+    hardware = {str(k): str(v) for k, v in document.get("hardware", {}).items()}
+    name = str(document.get("name", "custom"))
+  except (KeyError, TypeError, ValueError) as e:
+    raise errors.InputError(f"malformed topology: {type(e).__name__}: {e}") from e
+  return Topology(name, devices, bandwidth, latency, hardware)
+
+
+def to_document(topology: Topology) -> dict:
+  return {
+      "format": FORMAT, "version": VERSION, "name": topology.name,
+      "hardware": dict(topology.hardware),
+      "devices": [dataclasses.asdict(dev) for dev in topology.devices],
+      "links": {"bandwidth_gbps": topology.bandwidth_gbps.tolist(),
+                "latency_us": topology.latency_us.tolist()},
+  }
+
+
+def save(topology: Topology, path: str) -> None:
+  fileio.write_atomically(path, json.dumps(to_document(topology), indent=1))
+
+
+def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
+           hardware: Optional[Mapping[str, str]] = None) -> Topology:
+  """Builds a topology in code (tests, calibration)."""
+  return Topology(name, tuple(devices), np.asarray(bandwidth_gbps, np.float64),
+                  np.asarray(latency_us, np.float64), dict(hardware or {}))
+
+
+def _positive_int(value) -> int:
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ValueError(f"memory_bytes must be a positive integer, got {value!r}")
+  return value
+
+
+def _reject_constant(name: str):
+  raise ValueError(f"{name} is not allowed")

@@ -1,0 +1,28 @@
+"""Benchmark graphs: real TF training steps built from model code, by name.
+
+    step, args = zoo.build("gnmt4", batch=16)      # tf.function + example args
+    graph = zoo.extract("inception_v3", batch=8)   # flattened ExtractedGraph
+    zoo.parse_knobs("batch=8,num_layers=2", "gnmt")  # CLI text -> typed knobs
+
+Importing this package does not import TensorFlow; building a model does.
+"""
+
+from tf_gdp.zoo.registry import MODELS
+from tf_gdp.zoo.registry import ModelSpec
+from tf_gdp.zoo.registry import build
+from tf_gdp.zoo.registry import check_knobs
+from tf_gdp.zoo.registry import default_knobs
+from tf_gdp.zoo.registry import extract
+from tf_gdp.zoo.registry import list_models
+from tf_gdp.zoo.registry import parse_knobs
+
+__all__ = [
+    "MODELS",
+    "ModelSpec",
+    "build",
+    "check_knobs",
+    "default_knobs",
+    "extract",
+    "list_models",
+    "parse_knobs",
+]
