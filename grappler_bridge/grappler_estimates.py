@@ -54,17 +54,21 @@ class OpEstimate:
   temp_bytes: int
 
 
-def analysis_item(graph: graph_view.Graph):
-  """A Grappler Item of the analysis copy, and that copy's MetaGraphDef."""
-  meta_graph = _analysis_meta_graph(graph)
+def analysis_item(graph: graph_view.Graph, placement=None):
+  """A Grappler Item of the analysis copy, and that copy's MetaGraphDef.
+
+  `placement` (node name -> device) sets the copy's device fields; without
+  it they are cleared, for a single-device virtual cluster.
+  """
+  meta_graph = _analysis_meta_graph(graph, placement or {})
   return _new_item(meta_graph), meta_graph
 
 
-def _analysis_meta_graph(graph: graph_view.Graph
+def _analysis_meta_graph(graph: graph_view.Graph, placement
                         ) -> meta_graph_pb2.MetaGraphDef:
   """A copy of the graph that Grappler can infer all shapes of.
 
-  Devices are cleared (the virtual cluster has one device); a captured
+  Devices come from `placement` (cleared if absent); a captured
   resource placeholder becomes the VarHandleOp it stands for, so readers get
   the variable's shape; a placeholder of known shape becomes `Empty` of that
   shape, because Grappler forgets the shapes of fed placeholders. Every sink
@@ -73,6 +77,7 @@ def _analysis_meta_graph(graph: graph_view.Graph
 
   Args:
     graph: the graph to copy.
+    placement: node name -> device string for the copy.
 
   Returns:
     The analysis MetaGraphDef.
@@ -83,7 +88,7 @@ def _analysis_meta_graph(graph: graph_view.Graph
   names = {node.name for node in nodes}
   shape_consts = []
   for node in nodes:
-    node.device = ""
+    node.device = placement.get(node.name, "")
     if node.op != "Placeholder":
       continue
     if node.name in graph.handle_shapes:
@@ -136,7 +141,7 @@ def _new_item(meta_graph) -> grappler_item.Item:
         f"Grappler cannot load the graph: {errors.first_line(e)}") from e
 
 
-def _virtual_device(gflops: float, gbps: float):
+def _virtual_device(gflops: float, gbps: float, name: str = _VIRTUAL_DEVICE):
   """A Grappler device with the given rates.
 
   Without `environment["architecture"]` Grappler ignores a GPU's cores and
@@ -153,21 +158,26 @@ def _virtual_device(gflops: float, gbps: float):
   properties = device_properties_pb2.DeviceProperties(
       type="CPU", num_cores=1, frequency=max(1, round(gflops * 1e3)),
       bandwidth=max(1, round(gbps * 1e6)))  # MHz, KB/s
-  return device_properties_pb2.NamedDevice(
-      name=_VIRTUAL_DEVICE, properties=properties)
+  return device_properties_pb2.NamedDevice(name=name, properties=properties)
 
 
 def _measure(item, gflops: float, gbps: float) -> Dict[str, Any]:
   """Grappler's OpPerformance record per node on a virtual device."""
-  cluster = grappler_cluster.Cluster(devices=[_virtual_device(gflops, gbps)])
+  op_perfs, _ = _measure_costs(item, [_virtual_device(gflops, gbps)])
+  return {perf.node: perf for perf in op_perfs}
+
+
+def _measure_costs(item, devices):
+  """(op_perfs, run_time in seconds) from a VirtualCluster of `devices`."""
+  cluster = grappler_cluster.Cluster(devices=devices)
   try:
-    op_perfs, _, _ = cluster.MeasureCosts(item)
+    op_perfs, run_time, _ = cluster.MeasureCosts(item)
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
     raise errors.GraphLoadError(
         f"Grappler cannot cost the graph: {errors.first_line(e)}") from e
   finally:
     cluster.Shutdown()
-  return {perf.node: perf for perf in op_perfs}
+  return op_perfs, run_time
 
 
 def op_estimates(item) -> Dict[str, OpEstimate]:
@@ -208,6 +218,31 @@ def grappler_op_costs(metagraph, spec: hw.HardwareSpec) -> Dict[str, float]:
   item, _ = analysis_item(graph)
   costs = _grappler_costs_us(item, spec)
   return {node.name: costs.get(node.name, 0.0) for node in graph.nodes}
+
+
+def placed_step_time_us(metagraph, placement, devices) -> float:
+  """Grappler's VirtualCluster estimate of one step under `placement`.
+
+  Each device is described with its spec's rates (as in `grappler_op_costs`).
+  Beware: in TF 2.21 the VirtualCluster does not charge cross-device
+  transfers, so this is only a fair judge of single-device placements.
+
+  Args:
+    metagraph: an ExtractedGraph, MetaGraphDef or GraphDef.
+    placement: node name -> device name (one of `devices`).
+    devices: (device name, HardwareSpec) pairs, the cluster.
+
+  Returns:
+    The estimated step time in microseconds.
+  """
+  graph = graph_view.as_graph(metagraph)
+  item, _ = analysis_item(graph, placement)
+  scale = _GRAPPLER_TIME_SCALE
+  named = [_virtual_device(spec.peak_gflops / scale,
+                           spec.mem_bandwidth_gbps / scale, name)
+           for name, spec in devices]
+  _, run_time = _measure_costs(item, named)
+  return run_time * 1e6 / scale
 
 
 def cross_check(nodes, item, work: roofline.Work, specs):
