@@ -1,0 +1,29 @@
+"""Placement baselines: the published methods GDP is compared against.
+
+    result = baselines.run("m_sct", graph, topology, seed=0)
+    result.placement, result.search_seconds, result.evaluations, result.info
+
+Every method is `place(graph, topology, *, seed=0, **options)` returning an
+int32 device index per op; `METHODS` maps names to them: single_device,
+random, round_robin, human_expert (the zoo's expert rules), m_topo, m_etf and
+m_sct (Baechi, SoCC 2020), heft (Topcuoglu et al. 2002), metis (k-way
+partitioning) and hdp (the HDP-style learned grouper + placer). All respect
+allowed device kinds, colocation groups, pins and device memory (see
+`common` for the memory model).
+"""
+
+from tf_gdp.baselines.common import InternalError
+from tf_gdp.baselines.registry import METHODS
+from tf_gdp.baselines.registry import MethodResult
+from tf_gdp.baselines.registry import get
+from tf_gdp.baselines.registry import method_names
+from tf_gdp.baselines.registry import run
+
+__all__ = [
+    "InternalError",
+    "METHODS",
+    "MethodResult",
+    "get",
+    "method_names",
+    "run",
+]
