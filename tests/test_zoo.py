@@ -29,20 +29,27 @@ def _values(variables):
 
 def test_public_api_is_pinned():
   assert sorted(zoo.__all__) == [
-      "MODELS", "ModelSpec", "build", "check_knobs", "default_knobs",
-      "extract", "list_models", "parse_knobs"]
+      "MODELS", "ModelSpec", "benchmark_models", "build", "check_knobs",
+      "default_knobs", "extract", "list_models", "parse_knobs"]
 
 
 def test_list_models():
   assert zoo.list_models() == [
-      "gnmt", "gnmt2", "gnmt4", "gnmt8", "inception_v3"]
+      "amoebanet", "gnmt", "gnmt2", "gnmt4", "gnmt8", "inception_v3",
+      "rnnlm", "rnnlm2", "rnnlm4", "transformer_xl", "transformer_xl2",
+      "transformer_xl4", "transformer_xl8", "wavenet", "wavenet2",
+      "wavenet4"]
+  assert zoo.benchmark_models() == [
+      "rnnlm2", "rnnlm4", "gnmt2", "gnmt4", "gnmt8", "transformer_xl2",
+      "transformer_xl4", "transformer_xl8", "inception_v3", "amoebanet",
+      "wavenet2", "wavenet4"]
   assert zoo.default_knobs("gnmt")["num_layers"] == 2
   assert "num_layers" not in zoo.default_knobs("gnmt8")
   assert zoo.default_knobs("inception_v3")["batch"] == 32
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: zoo.build("resnet"), "known: gnmt, gnmt2"),
+    (lambda: zoo.build("resnet"), "known: amoebanet, gnmt, gnmt2"),
     (lambda: zoo.extract("gnmt", colour=3), "unknown knob(s) colour"),
     (lambda: zoo.build("gnmt8", num_layers=2), "fixes num_layers=8"),
     (lambda: zoo.build("gnmt", batch="many"), "expected int"),

@@ -13,6 +13,8 @@ from tf_gdp.cli import runner
 COMMANDS = {
     "export-graph": ("tf_gdp.cli.export_graph",
                      "write a zoo model or a user graph as MetaGraphDef or op-graph JSON"),
+    "bench": ("tf_gdp.cli.bench",
+              "compare placement methods on graphs and topologies (tables + JSON)"),
     "inspect": ("tf_gdp.cli.inspect_graph",
                 "print node/edge counts, costs, memory and constraints of a graph"),
 }

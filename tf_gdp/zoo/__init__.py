@@ -9,6 +9,7 @@ Importing this package does not import TensorFlow; building a model does.
 
 from tf_gdp.zoo.registry import MODELS
 from tf_gdp.zoo.registry import ModelSpec
+from tf_gdp.zoo.registry import benchmark_models
 from tf_gdp.zoo.registry import build
 from tf_gdp.zoo.registry import check_knobs
 from tf_gdp.zoo.registry import default_knobs
@@ -19,6 +20,7 @@ from tf_gdp.zoo.registry import parse_knobs
 __all__ = [
     "MODELS",
     "ModelSpec",
+    "benchmark_models",
     "build",
     "check_knobs",
     "default_knobs",

@@ -24,6 +24,8 @@ class ModelSpec:
   module: str
   description: str
   fixed: dict = dataclasses.field(default_factory=dict)
+  # The model of the same builder with no knob fixed ("gnmt" for "gnmt4").
+  family: str = ""
 
   @property
   def builder(self):
@@ -41,7 +43,7 @@ class ModelSpec:
       if key in self.fixed and value != self.fixed[key]:
         raise errors.InputError(
             f"model {self.name!r} fixes {key}={self.fixed[key]}; "
-            f"use model 'gnmt' to choose {key}")
+            f"use model {(self.family or self.name)!r} to choose {key}")
     unknown = sorted(set(knobs) - set(defaults) - set(self.fixed))
     if unknown:
       raise errors.InputError(
@@ -54,27 +56,74 @@ class ModelSpec:
     return self.builder(**self.fixed, **self.check(knobs))
 
 
+def _preset(family: str, knob: str, value: int, description: str):
+  """`family` with `knob` fixed to `value`, named family + value."""
+  return ModelSpec(f"{family}{value}", f"tf_gdp.zoo.{family}", description,
+                   {knob: value}, family=family)
+
+
 def _gnmt(num_layers: int) -> ModelSpec:
-  return ModelSpec(
-      f"gnmt{num_layers}", "tf_gdp.zoo.gnmt",
-      f"GNMT seq2seq, {num_layers} LSTM layers per side, unrolled",
-      {"num_layers": num_layers})
+  return _preset("gnmt", "num_layers", num_layers,
+                 f"GNMT seq2seq, {num_layers} LSTM layers per side, unrolled")
+
+
+def _rnnlm(num_layers: int) -> ModelSpec:
+  return _preset("rnnlm", "num_layers", num_layers,
+                 f"LSTM language model, {num_layers} layers, unrolled")
+
+
+def _transformer_xl(num_layers: int) -> ModelSpec:
+  return _preset("transformer_xl", "num_layers", num_layers,
+                 f"Transformer-XL language model, {num_layers} layers, "
+                 "2 segments with memory")
+
+
+def _wavenet(num_stacks: int) -> ModelSpec:
+  return _preset("wavenet", "num_stacks", num_stacks,
+                 f"WaveNet, {num_stacks} stacks of dilated causal convs")
 
 
 MODELS = types.MappingProxyType({
     "inception_v3": ModelSpec("inception_v3", "tf_gdp.zoo.inception_v3",
                               "Keras Inception-v3 image classifier"),
+    "amoebanet": ModelSpec("amoebanet", "tf_gdp.zoo.amoebanet",
+                           "AmoebaNet-A image classifier from its cell spec"),
     "gnmt": ModelSpec("gnmt", "tf_gdp.zoo.gnmt",
                       "GNMT seq2seq with attention, statically unrolled"),
     "gnmt2": _gnmt(2),
     "gnmt4": _gnmt(4),
     "gnmt8": _gnmt(8),
+    "rnnlm": ModelSpec("rnnlm", "tf_gdp.zoo.rnnlm",
+                       "LSTM language model, statically unrolled"),
+    "rnnlm2": _rnnlm(2),
+    "rnnlm4": _rnnlm(4),
+    "transformer_xl": ModelSpec(
+        "transformer_xl", "tf_gdp.zoo.transformer_xl",
+        "Transformer-XL language model: segment memory, relative positions"),
+    "transformer_xl2": _transformer_xl(2),
+    "transformer_xl4": _transformer_xl(4),
+    "transformer_xl8": _transformer_xl(8),
+    "wavenet": ModelSpec("wavenet", "tf_gdp.zoo.wavenet",
+                         "WaveNet: stacks of dilated causal convolutions"),
+    "wavenet2": _wavenet(2),
+    "wavenet4": _wavenet(4),
 })
+
+# The graphs of the GDP paper's benchmark (its Table 1), by zoo name.
+BENCHMARK_MODELS = (
+    "rnnlm2", "rnnlm4", "gnmt2", "gnmt4", "gnmt8", "transformer_xl2",
+    "transformer_xl4", "transformer_xl8", "inception_v3", "amoebanet",
+    "wavenet2", "wavenet4")
 
 
 def list_models() -> list:
   """Model names, sorted."""
   return sorted(MODELS)
+
+
+def benchmark_models() -> list:
+  """The benchmark's model names, in the paper's order (no family aliases)."""
+  return list(BENCHMARK_MODELS)
 
 
 def default_knobs(name: str) -> dict:

@@ -1,0 +1,63 @@
+"""The benchmark harness: one table per topology, same simulator for all."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tf_gdp import errors
+from tf_gdp.bench import harness
+
+_TINY_GNMT = "gnmt:hidden_size=8:vocab_size=20:batch=2:source_length=3:target_length=3"
+
+
+def test_parse_graphs_zoo_knobs_and_files(tmp_path):
+  assert [g.label for g in harness.parse_graphs("zoo")][:1] and all(
+      g.model for g in harness.parse_graphs("zoo"))
+  (tiny,) = harness.parse_graphs(_TINY_GNMT)
+  assert tiny.model == "gnmt" and "hidden_size=8" in tiny.knobs and "," in tiny.knobs
+  (tmp_path / "a.json").write_text("{}")
+  (tmp_path / "b.json").write_text("{}")
+  files = harness.parse_graphs(str(tmp_path / "*.json"))
+  assert [g.label for g in files] == ["a.json", "b.json"]
+  with pytest.raises(errors.InputError, match="neither a zoo model"):
+    harness.parse_graphs("no_such_thing")
+  with pytest.raises(errors.InputError, match="unknown method"):
+    harness.parse_methods("all,alchemy")
+
+
+def test_ratios_use_valid_rows_only():
+  rows = [harness.Row("g", "d", "single_device", 3, step_time_us=100.0, valid=True,
+                      lower_bound_us=40.0),
+          harness.Row("g", "d", "human_expert", 3, step_time_us=80.0, valid=True,
+                      lower_bound_us=40.0),
+          harness.Row("g", "d", "random", 3, step_time_us=10.0, valid=False,
+                      lower_bound_us=40.0)]
+  harness.add_ratios(rows)
+  assert rows[1].speedup_vs_single == pytest.approx(1.25)
+  assert rows[0].ratio_to_expert == pytest.approx(1.25)
+  assert rows[1].ratio_to_best_baseline == 1.0
+  assert rows[1].ratio_to_lower_bound == pytest.approx(2.0)
+  assert math.isnan(rows[2].speedup_vs_single)
+
+
+def test_bench_cli_runs_every_method_on_a_tiny_zoo_graph(tmp_path):
+  out = tmp_path / "bench.json"
+  result = subprocess.run(
+      [sys.executable, "-m", "tf_gdp", "bench", f"--graphs={_TINY_GNMT}",
+       "--devices=p100x2", "--methods=all", f"--json_out={out}"],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+      capture_output=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "devices: p100x2" in result.stdout
+  document = json.loads(out.read_text())
+  methods = {row["method"] for row in document["rows"]}
+  assert methods == set(harness.CLASSIC_METHODS)
+  for row in document["rows"]:
+    assert row["valid"], row
+    assert row["step_time_us"] >= row["lower_bound_us"] > 0
+    assert row["search_seconds"] >= 0
+  assert document["settings"]["devices"] == ["p100x2"]

@@ -1,0 +1,239 @@
+"""The benchmark harness: every method on every graph, side by side.
+
+For each topology, each graph is costed for that topology's hardware, every
+method places it, and every placement is judged by the same simulator (and,
+optionally, measured for real on a `cpu-workers:K` cluster). Rows carry the
+ratios the paper's claims are about: speedup over one device, ratio to the
+human expert, to the best baseline and to the lower bound.
+"""
+
+import contextlib
+import dataclasses
+import glob
+import math
+import os
+import sys
+import time
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from tf_gdp import errors
+from tf_gdp.cost import lower_bound as lower_bound_lib
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import sources
+
+ZOO = "zoo"
+# Methods `--methods=all` runs; learned ones are named explicitly (budget).
+CLASSIC_METHODS = ("single_device", "human_expert", "random", "round_robin",
+                   "m_topo", "m_etf", "m_sct", "heft", "metis")
+REFERENCE_METHOD = "single_device"
+EXPERT_METHOD = "human_expert"
+
+
+@dataclasses.dataclass
+class GraphSource:
+  """A graph to benchmark: a zoo model (with knobs) or a file."""
+  label: str
+  model: Optional[str] = None
+  knobs: str = ""
+  path: Optional[str] = None
+
+  def load(self, devices: str) -> sources.LoadedGraph:
+    if self.model is not None:
+      return sources.load_model(self.model, knobs=self.knobs, devices=devices)
+    return sources.load(self.path, devices=devices)
+
+
+@dataclasses.dataclass
+class Row:
+  """One method on one graph and topology."""
+  graph: str
+  devices: str
+  method: str
+  nodes: int
+  step_time_us: float = math.nan
+  valid: bool = False
+  reason: Optional[str] = None
+  peak_memory_gib: List[float] = dataclasses.field(default_factory=list)
+  search_seconds: float = math.nan
+  speedup_vs_single: float = math.nan
+  ratio_to_expert: float = math.nan
+  ratio_to_best_baseline: float = math.nan
+  ratio_to_lower_bound: float = math.nan
+  lower_bound_us: float = math.nan
+  measured_us: Optional[float] = None
+  measured_reason: Optional[str] = None
+
+
+def parse_graphs(spec: str) -> List[GraphSource]:
+  """`zoo`, zoo names (`gnmt2:batch=8:hidden_size=64`), files or globs."""
+  from tf_gdp import zoo  # pylint: disable=g-import-not-at-top
+  result = []
+  for item in [s.strip() for s in spec.split(",") if s.strip()]:
+    if item == ZOO:
+      result += [GraphSource(name, model=name) for name in zoo.benchmark_models()]
+      continue
+    name, _, knobs = item.partition(":")
+    if name in zoo.MODELS:
+      knobs = knobs.replace(":", ",")
+      result.append(GraphSource(item, model=name, knobs=knobs))
+      continue
+    paths = sorted(glob.glob(item)) or [item]
+    for path in paths:
+      if not os.path.exists(path):
+        raise errors.InputError(
+            f"--graphs: {item!r} is neither a zoo model ({', '.join(zoo.list_models())}) "
+            "nor an existing file")
+      result.append(GraphSource(os.path.basename(os.path.normpath(path)), path=path))
+  if not result:
+    raise errors.InputError("--graphs names no graph")
+  return result
+
+
+def parse_methods(spec: str) -> List[str]:
+  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+  names = []
+  for item in [s.strip() for s in spec.split(",") if s.strip()]:
+    names += list(CLASSIC_METHODS) if item == "all" else [item]
+  unknown = [n for n in names if n not in baselines.METHODS]
+  if unknown:
+    raise errors.InputError(
+        f"unknown method(s) {unknown} (known: {', '.join(sorted(baselines.METHODS))})")
+  return list(dict.fromkeys(names))
+
+
+def bench_graph(loaded: sources.LoadedGraph, label: str, devices: str,
+                methods: Sequence[str], *, seed: int = 0,
+                method_options: Optional[dict] = None,
+                measurer: Optional[Callable] = None,
+                progress: Callable[[str], None] = lambda line: None) -> List[Row]:
+  """Runs every method on one graph for one topology; returns its rows."""
+  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+  graph = loaded.graph
+  topo = topology_lib.get(devices)
+  bound = lower_bound_lib.lower_bound(graph, topo)
+  rows = []
+  for method in methods:
+    row = Row(graph=label, devices=devices, method=method, nodes=graph.num_nodes,
+              lower_bound_us=bound)
+    started = time.perf_counter()
+    try:
+      result = baselines.run(method, graph, topo, seed=seed,
+                             **(method_options or {}).get(method, {}))
+    except errors.InputError as e:
+      row.reason = f"no placement: {e}"
+      rows.append(row)
+      progress(f"  {label} / {method}: {row.reason}")
+      continue
+    row.search_seconds = result.search_seconds
+    sim = simulator.simulate(graph, result.placement, topo)
+    row.step_time_us = sim.step_time_us
+    row.valid = bool(sim.valid)
+    row.reason = sim.reason
+    row.peak_memory_gib = [round(b / 2**30, 3) for b in sim.peak_memory_bytes]
+    if measurer is not None and loaded.extracted is not None:
+      measured = measurer(loaded.extracted, result.placement, topo)
+      row.measured_us = measured.step_time_us if measured.valid else None
+      row.measured_reason = measured.reason
+    rows.append(row)
+    progress(f"  {label} / {method}: {sim.step_time_us / 1e3:,.1f} ms"
+             f"{'' if sim.valid else ' INVALID'} "
+             f"(search {result.search_seconds:.1f} s, total "
+             f"{time.perf_counter() - started:.1f} s)")
+  add_ratios(rows)
+  return rows
+
+
+def add_ratios(rows: List[Row]) -> None:
+  """Fills the ratio columns of one graph's rows (valid rows only)."""
+  def step_of(method):
+    return next((r.step_time_us for r in rows if r.method == method and r.valid),
+                math.nan)
+  single = step_of(REFERENCE_METHOD)
+  expert = step_of(EXPERT_METHOD)
+  baseline_steps = [r.step_time_us for r in rows if r.valid]
+  best = min(baseline_steps) if baseline_steps else math.nan
+  for row in rows:
+    if not row.valid:
+      continue
+    row.speedup_vs_single = single / row.step_time_us
+    row.ratio_to_expert = row.step_time_us / expert
+    row.ratio_to_best_baseline = row.step_time_us / best
+    row.ratio_to_lower_bound = row.step_time_us / row.lower_bound_us
+
+
+def format_table(rows: List[Row], devices: str) -> str:
+  """One table for one topology."""
+  measured = any(r.measured_us is not None or r.measured_reason for r in rows)
+  header = (f"{'graph':<22}{'method':<15}{'step ms':>11}{'x single':>9}"
+            f"{'/expert':>8}{'/best':>7}{'/LB':>7}{'max mem GiB':>12}"
+            f"{'search s':>10}" + (f"{'measured ms':>13}" if measured else "") +
+            "  note")
+  lines = [f"devices: {devices}", header, "-" * len(header)]
+  for r in rows:
+    def ratio(x):
+      return "   -" if math.isnan(x) else f"{x:.2f}"
+    note = "" if r.valid else (r.reason or "invalid")
+    line = (f"{r.graph[:21]:<22}{r.method:<15}"
+            f"{_ms(r.step_time_us):>11}{ratio(r.speedup_vs_single):>9}"
+            f"{ratio(r.ratio_to_expert):>8}{ratio(r.ratio_to_best_baseline):>7}"
+            f"{ratio(r.ratio_to_lower_bound):>7}"
+            f"{(max(r.peak_memory_gib) if r.peak_memory_gib else math.nan):>12.2f}"
+            f"{r.search_seconds:>10.1f}")
+    if measured:
+      line += f"{_ms(r.measured_us) if r.measured_us else 'failed':>13}"
+      if r.measured_reason:
+        note = (note + "; " if note else "") + f"measure: {r.measured_reason}"
+    lines.append(line + ("  " + note[:80] if note else ""))
+  return "\n".join(lines)
+
+
+def _ms(us) -> str:
+  return "-" if us is None or math.isnan(us) else f"{us / 1e3:,.1f}"
+
+
+@contextlib.contextmanager
+def measurer_for(target: Optional[str], *, repeats: int = 5):
+  """A `measure(extracted, placement, topology)` callable, or None.
+
+  A `cpu-workers:K` cluster is started once for the whole benchmark and shut
+  down when the benchmark ends, whatever happens.
+  """
+  if not target:
+    yield None
+    return
+  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  name, _, count = target.partition(":")
+  if name == topology_lib.CPU_WORKERS:
+    if not count.isdigit() or int(count) < 1:
+      raise errors.InputError(f"--measure={target}: use cpu-workers:K")
+    with workers.CpuWorkerCluster(int(count)) as cluster:
+      yield lambda extracted, placement, topo: measure.measure(
+          extracted, placement, cluster, topology=topo, repeats=repeats)
+    return
+  yield lambda extracted, placement, topo: measure.measure(
+      extracted, placement, target, topology=topo, repeats=repeats)
+
+
+def stderr_progress(line: str) -> None:
+  sys.stderr.write(line + "\n")
+  sys.stderr.flush()
+
+
+def rows_as_dicts(rows: List[Row]) -> list:
+  """Rows as JSON-able dicts (NaN, which JSON lacks, becomes null)."""
+  def clean(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
+  return [{k: clean(v) for k, v in dataclasses.asdict(r).items()} for r in rows]
+
+
+def geomean_speedups(rows: List[Row]) -> dict:
+  """Per method: geometric-mean speedup over single device, over graphs."""
+  by_method = {}
+  for r in rows:
+    if r.valid and not math.isnan(r.speedup_vs_single):
+      by_method.setdefault(r.method, []).append(r.speedup_vs_single)
+  return {m: float(np.exp(np.mean(np.log(v)))) for m, v in by_method.items()}
