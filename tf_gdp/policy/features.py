@@ -1,0 +1,529 @@
+"""Policy inputs: one (op graph, topology) pair as fixed-size numpy arrays.
+
+The policy network and the RL environment exchange observations as a dict of
+padded arrays, so that graphs of different sizes batch together and the
+tf-agents specs stay fixed. This module is the only place that turns the IR
+(`OpGraph`, `Topology`) into those arrays; it is TF-free so the environment
+can build observations without touching TensorFlow.
+
+Conventions the network relies on:
+
+* Nodes are listed in topological order (`graph.topo_order`): position `i`
+  holds original node `order[i]`. The Transformer-XL placer reads them in
+  this order, so every node sees (through attention memory) the ops that
+  feed it.
+* Real nodes, edges, groups and devices come first; padding follows and is
+  marked False in the masks. Padded edges point at the last node slot and
+  padding nodes at the last group slot; consumers must apply the masks and
+  never rely on what padding points at.
+* Colocation groups are renumbered densely in order of first appearance in
+  the topological order, so group ids also follow the graph's flow.
+* Features are scaled to O(1) (logs divided by typical magnitudes) and are
+  relative to the topology where that matters (op time on the devices that
+  exist, memory relative to device capacity), so one policy sees graphs and
+  clusters of very different scales.
+"""
+
+import dataclasses
+import math
+import zlib
+from typing import Optional
+
+import numpy as np
+
+from tf_gdp import errors
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import op_graph
+
+# Hashed op-type vocabulary: id 0 is padding; real types hash into
+# [1, OP_VOCAB), so op types never seen in training still get an id.
+OP_VOCAB = 1024
+
+# Scales that bring log-magnitudes to O(1): times in microseconds (1 s ~ 13.8),
+# bytes (1 GiB ~ 20.8), degrees and counts (1e4 ~ 9.2).
+_TIME_SCALE = 10.0
+_BYTES_SCALE = 20.0
+_COUNT_SCALE = 10.0
+
+NODE_FEATURE_NAMES = (
+    "log_cost_fastest",       # op time on the fastest allowed device
+    "log_cost_mean",          # mean op time over allowed devices
+    "log_cost_slowest",       # op time on the slowest device of any kind
+    "log_cost_relative",      # fastest op time relative to the mean op
+    "work_position",          # share of the graph's work before the op
+    "memory_position",        # share of the persistent bytes before the op
+    "log_output_bytes",
+    "log_memory_bytes",
+    "log_temp_bytes",
+    "memory_fraction",        # persistent bytes / smallest allowed memory
+    "log_transfer_time",      # moving the op's outputs over a mean link
+    "log_in_degree",
+    "log_out_degree",
+    "depth",                  # longest path from a source / graph depth
+    "height",                 # longest path to a sink / graph depth
+    "position",               # topological position / num_nodes
+    "allowed_fraction",       # devices allowed for the op's group / devices
+    "is_pinned",
+    "is_control_only",        # no data inputs and no data outputs
+    "log_group_size",
+    "graph_log_nodes",        # graph-level context, broadcast to every node
+    "graph_memory_load",      # total persistent bytes / total device memory
+    "graph_log_depth",
+)
+F_NODE = len(NODE_FEATURE_NAMES)
+
+EDGE_FEATURE_NAMES = (
+    "log_bytes",
+    "is_control",
+    "log_transfer_time",      # bytes over a mean link, plus its latency
+)
+F_EDGE = len(EDGE_FEATURE_NAMES)
+
+# Device kinds with their own one-hot slot; any other kind sets "other".
+DEVICE_KINDS = ("GPU", "CPU")
+_INDEX_FREQUENCIES = (1.0, 1.0 / 3.0, 1.0 / 9.0)
+DEVICE_FEATURE_NAMES = (
+    "kind_gpu", "kind_cpu", "kind_other",
+    "log_speed",                  # log of the speed factor
+    "relative_speed",             # speed / fastest device's speed
+    "log_memory_gib",
+    "memory_fraction",            # capacity / total capacity
+    "fits_graph",                 # min(1, capacity / graph persistent bytes)
+    "mean_log_bandwidth",         # to the other devices, log(GB/s) / 5
+    "min_log_bandwidth",
+    "mean_log_latency",           # to the other devices, log1p(us) / 10
+    "work_share",                 # allowed graph work this device could run
+    "relative_index",             # index among devices of its kind / count
+    # Sinusoids of the index among devices of its kind: identical devices
+    # still need distinct embeddings, or a policy could never send two
+    # chains to two different (but identical) GPUs coherently.
+    *(f"index_{fn}_{i}" for i in range(len(_INDEX_FREQUENCIES))
+      for fn in ("sin", "cos")),
+    "log_num_devices",
+)
+F_DEVICE = len(DEVICE_FEATURE_NAMES)
+
+# Names and dtypes of the observation dict (`as_tensors`), with the padded
+# dimension each axis has: N nodes, E edges, G groups, D devices.
+_OBSERVATION_LAYOUT = (
+    ("node_features", ("N", F_NODE), np.float32),
+    ("op_type_ids", ("N",), np.int32),
+    ("edge_src", ("E",), np.int32),
+    ("edge_dst", ("E",), np.int32),
+    ("edge_features", ("E", F_EDGE), np.float32),
+    ("node_mask", ("N",), np.bool_),
+    ("edge_mask", ("E",), np.bool_),
+    ("group_ids", ("N",), np.int32),
+    ("group_mask", ("G",), np.bool_),
+    ("device_features", ("D", F_DEVICE), np.float32),
+    ("device_mask", ("D",), np.bool_),
+    ("allowed", ("G", "D"), np.bool_),
+    ("num_nodes", (), np.int32),
+    ("num_groups", (), np.int32),
+    ("num_devices", (), np.int32),
+)
+OBSERVATION_KEYS = tuple(name for name, _, _ in _OBSERVATION_LAYOUT)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PolicyInputs:
+  """One (graph, topology) pair, padded; see the module docstring.
+
+  Attributes:
+    node_features: float32[N, F_NODE], rows in topological order.
+    op_type_ids: int32[N] hashed op type in [1, OP_VOCAB); 0 for padding.
+    edge_src, edge_dst: int32[E] node positions (not original ids).
+    edge_features: float32[E, F_EDGE].
+    node_mask, edge_mask: bool[N], bool[E], True for real entries.
+    group_ids: int32[N] dense colocation group in [0, G).
+    group_mask: bool[G].
+    device_features: float32[D, F_DEVICE].
+    device_mask: bool[D].
+    allowed: bool[G, D] every member of the group may run on the device;
+      padding groups allow device 0 only, padding devices nothing.
+    order: int32[num_nodes] position -> original node id.
+    num_nodes, num_groups, num_devices: real sizes.
+  """
+  node_features: np.ndarray
+  op_type_ids: np.ndarray
+  edge_src: np.ndarray
+  edge_dst: np.ndarray
+  edge_features: np.ndarray
+  node_mask: np.ndarray
+  edge_mask: np.ndarray
+  group_ids: np.ndarray
+  group_mask: np.ndarray
+  device_features: np.ndarray
+  device_mask: np.ndarray
+  allowed: np.ndarray
+  order: np.ndarray
+  num_nodes: int
+  num_groups: int
+  num_devices: int
+
+  @property
+  def max_nodes(self) -> int:
+    return int(self.node_mask.shape[0])
+
+  @property
+  def max_edges(self) -> int:
+    return int(self.edge_mask.shape[0])
+
+  @property
+  def max_groups(self) -> int:
+    return int(self.group_mask.shape[0])
+
+  @property
+  def max_devices(self) -> int:
+    return int(self.device_mask.shape[0])
+
+
+def op_type_id(op_type: str) -> int:
+  """Stable hashed id of an op type, in [1, OP_VOCAB); unseen types map too."""
+  return 1 + zlib.crc32(op_type.encode("utf-8")) % (OP_VOCAB - 1)
+
+
+def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
+                  max_nodes: Optional[int] = None,
+                  max_edges: Optional[int] = None,
+                  max_groups: Optional[int] = None,
+                  max_devices: Optional[int] = None) -> PolicyInputs:
+  """Builds the padded policy inputs of `graph` on `topology`.
+
+  Args:
+    graph: the op graph to place.
+    topology: the devices to place it on.
+    max_nodes, max_edges, max_groups, max_devices: padded sizes; None means
+      exactly the graph's (topology's) size.
+
+  Returns:
+    The `PolicyInputs`.
+
+  Raises:
+    InputError: the graph is empty, does not fit the maxima, or a colocation
+      group has no device that every member may run on.
+  """
+  n, m, d = graph.num_nodes, graph.num_edges, topology.num_devices
+  if n == 0:
+    raise errors.InputError(f"graph {graph.name!r} has no ops to place")
+  order = graph.topo_order.astype(np.int32)
+  position = np.empty(n, np.int32)
+  position[order] = np.arange(n, dtype=np.int32)
+  group_of_node, num_groups = _groups_in_topological_order(graph, order)
+
+  sizes = {}
+  for label, real, wanted in (("nodes", n, max_nodes), ("edges", m, max_edges),
+                              ("groups", num_groups, max_groups),
+                              ("devices", d, max_devices)):
+    size = real if wanted is None else int(wanted)
+    if real > size:
+      raise errors.InputError(
+          f"graph {graph.name!r} on {topology.name!r} has {real} {label}, "
+          f"more than the policy's maximum of {size}")
+    sizes[label] = size
+  big_n, big_e, big_g, big_d = (sizes["nodes"], sizes["edges"],
+                                sizes["groups"], sizes["devices"])
+  if big_e and not big_n:
+    raise errors.InputError("padded edges need at least one node slot")
+
+  tables = simulator.device_tables(graph, topology)
+  node_allowed = tables.allowed  # [n, d], original node ids
+  group_allowed = np.ones((num_groups, d), bool)
+  np.logical_and.at(group_allowed, group_of_node, node_allowed)
+  empty = np.flatnonzero(~group_allowed.any(axis=1))
+  if empty.size:
+    member = int(order[np.flatnonzero(group_of_node[order] == empty[0])[0]])
+    raise errors.InputError(
+        f"op {graph.node_names[member]!r} (colocation group "
+        f"{graph.colocation_groups[member]!r}) has no device on "
+        f"{topology.name!r} that all members of its group may run on")
+
+  node_features = np.zeros((big_n, F_NODE), np.float32)
+  node_features[:n] = _node_features(graph, topology, tables, group_of_node,
+                                     group_allowed, order, position)[order]
+  op_ids = np.zeros(big_n, np.int32)
+  type_ids = {t: op_type_id(t) for t in set(graph.op_types)}
+  op_ids[:n] = [type_ids[graph.op_types[i]] for i in order]
+
+  pad_node = big_n - 1
+  edge_src = np.full(big_e, pad_node, np.int32)
+  edge_dst = np.full(big_e, pad_node, np.int32)
+  edge_src[:m] = position[graph.edge_src]
+  edge_dst[:m] = position[graph.edge_dst]
+  edge_features = np.zeros((big_e, F_EDGE), np.float32)
+  edge_features[:m] = _edge_features(graph, topology)
+
+  group_ids = np.full(big_n, big_g - 1, np.int32)
+  group_ids[:n] = group_of_node[order]
+  allowed = np.zeros((big_g, big_d), bool)
+  allowed[:num_groups, :d] = group_allowed
+  allowed[num_groups:, 0] = True
+  device_features = np.zeros((big_d, F_DEVICE), np.float32)
+  device_features[:d] = _device_features(graph, topology, tables)
+
+  return PolicyInputs(
+      node_features=node_features, op_type_ids=op_ids,
+      edge_src=edge_src, edge_dst=edge_dst, edge_features=edge_features,
+      node_mask=np.arange(big_n) < n, edge_mask=np.arange(big_e) < m,
+      group_ids=group_ids, group_mask=np.arange(big_g) < num_groups,
+      device_features=device_features, device_mask=np.arange(big_d) < d,
+      allowed=allowed, order=order, num_nodes=n, num_groups=num_groups,
+      num_devices=d)
+
+
+def group_to_node_placement(inputs: PolicyInputs,
+                            group_devices: np.ndarray) -> np.ndarray:
+  """Device index per original node id, from one device per (padded) group.
+
+  Args:
+    inputs: the `PolicyInputs` the groups refer to.
+    group_devices: int[G] (or int[num_groups]) device index per group.
+
+  Returns:
+    int32[num_nodes], indexed by the graph's original node ids, ready for
+    `simulator.simulate`.
+
+  Raises:
+    InputError: too few groups, or a real group names a padding device.
+  """
+  group_devices = np.asarray(group_devices).reshape(-1)
+  if group_devices.shape[0] < inputs.num_groups:
+    raise errors.InputError(
+        f"{group_devices.shape[0]} group devices for {inputs.num_groups} "
+        "groups")
+  real = group_devices[:inputs.num_groups].astype(np.int64)
+  bad = np.flatnonzero((real < 0) | (real >= inputs.num_devices))
+  if bad.size:
+    raise errors.InputError(
+        f"group {int(bad[0])} is placed on device {int(real[bad[0]])}; the "
+        f"topology has {inputs.num_devices} devices")
+  placement = np.empty(inputs.num_nodes, np.int32)
+  placement[inputs.order] = real[inputs.group_ids[:inputs.num_nodes]]
+  return placement
+
+
+def as_tensors(inputs: PolicyInputs) -> dict:
+  """The observation dict (numpy arrays, keys `OBSERVATION_KEYS`)."""
+  out = {}
+  for name, _, dtype in _OBSERVATION_LAYOUT:
+    out[name] = np.asarray(getattr(inputs, name), dtype)
+  return out
+
+
+def observation_spec(max_nodes: int, max_edges: int, max_groups: int,
+                     max_devices: int) -> dict:
+  """name -> (shape, numpy dtype) of one unbatched observation."""
+  dims = {"N": int(max_nodes), "E": int(max_edges), "G": int(max_groups),
+          "D": int(max_devices)}
+  return {name: (tuple(dims.get(a, a) for a in axes), np.dtype(dtype))
+          for name, axes, dtype in _OBSERVATION_LAYOUT}
+
+
+# ---- features ---------------------------------------------------------------
+
+
+def _groups_in_topological_order(graph: op_graph.OpGraph, order: np.ndarray):
+  """Group id per original node, renumbered by first appearance in `order`."""
+  raw = graph.group_ids
+  num_groups = int(raw.max()) + 1
+  first_position = np.full(num_groups, np.iinfo(np.int64).max, np.int64)
+  np.minimum.at(first_position, raw[order], np.arange(order.shape[0]))
+  rank = np.empty(num_groups, np.int32)
+  rank[np.argsort(first_position, kind="stable")] = np.arange(num_groups)
+  return rank[raw], num_groups
+
+
+def _log(x, scale):
+  return np.log1p(np.maximum(np.asarray(x, np.float64), 0.0)) / scale
+
+
+def _mean_link(topology: topology_lib.Topology):
+  """(bytes per microsecond, latency us) of an average link between devices."""
+  d = topology.num_devices
+  if d < 2:
+    return None, 0.0
+  off = ~np.eye(d, dtype=bool)
+  bytes_per_us = float(np.mean(topology.bandwidth_gbps[off])) * 1e3
+  return bytes_per_us, float(np.mean(topology.latency_us[off]))
+
+
+def _node_features(graph, topology, tables, group_of_node, group_allowed,
+                   order, position) -> np.ndarray:
+  """float64[n, F_NODE] in original node-id order."""
+  n = graph.num_nodes
+  allowed = group_allowed[group_of_node]  # [n, d] the group's devices
+  duration = tables.duration_us
+  masked = np.where(allowed, duration, np.inf)
+  fastest = masked.min(axis=1)
+  mean = np.where(allowed, duration, 0.0).sum(1) / allowed.sum(1)
+  slowest = duration.max(axis=1)
+  total = float(fastest.sum())
+  mean_op = total / n
+  in_degree = np.bincount(graph.edge_dst, minlength=n)
+  out_degree = np.bincount(graph.edge_src, minlength=n)
+  data = graph.edge_output >= 0
+  data_degree = (np.bincount(graph.edge_dst[data], minlength=n) +
+                 np.bincount(graph.edge_src[data], minlength=n))
+  depth = _longest_path_lengths(n, graph.edge_src, graph.edge_dst)
+  height = _longest_path_lengths(n, graph.edge_dst, graph.edge_src)
+  graph_depth = max(int(depth.max()), 1)
+  capacity = topology.memory_bytes.astype(np.float64)
+  smallest = np.where(allowed, capacity[None, :], np.inf).min(axis=1)
+  link_bytes_per_us, link_latency = _mean_link(topology)
+  if link_bytes_per_us is None:
+    transfer = np.zeros(n)
+  else:
+    transfer = (graph.output_bytes / link_bytes_per_us +
+                np.where(graph.output_bytes > 0, link_latency, 0.0))
+  group_size = np.bincount(group_of_node)[group_of_node]
+  pinned = np.array([p is not None for p in graph.pinned_devices], np.float64)
+  memory = graph.memory_bytes.astype(np.float64)
+
+  columns = {
+      "log_cost_fastest": _log(fastest, _TIME_SCALE),
+      "log_cost_mean": _log(mean, _TIME_SCALE),
+      "log_cost_slowest": _log(slowest, _TIME_SCALE),
+      "log_cost_relative": np.log1p(fastest / mean_op) if mean_op > 0
+                           else np.zeros(n),
+      "work_position": _cumulative_share(fastest, order),
+      "memory_position": _cumulative_share(memory, order),
+      "log_output_bytes": _log(graph.output_bytes, _BYTES_SCALE),
+      "log_memory_bytes": _log(graph.memory_bytes, _BYTES_SCALE),
+      "log_temp_bytes": _log(graph.temp_bytes, _BYTES_SCALE),
+      "memory_fraction": np.minimum(memory / smallest, 4.0),
+      "log_transfer_time": _log(transfer, _TIME_SCALE),
+      "log_in_degree": _log(in_degree, _COUNT_SCALE / 2),
+      "log_out_degree": _log(out_degree, _COUNT_SCALE / 2),
+      "depth": depth / graph_depth,
+      "height": height / graph_depth,
+      "position": position / max(n - 1, 1),
+      "allowed_fraction": allowed.sum(1) / topology.num_devices,
+      "is_pinned": pinned,
+      "is_control_only": (data_degree == 0).astype(np.float64),
+      "log_group_size": _log(group_size - 1, _COUNT_SCALE / 2),
+      "graph_log_nodes": np.full(n, math.log1p(n) / _COUNT_SCALE),
+      "graph_memory_load": np.full(
+          n, min(float(memory.sum()) / float(capacity.sum()), 4.0)),
+      "graph_log_depth": np.full(n, math.log1p(graph_depth) / _COUNT_SCALE),
+  }
+  return np.stack([columns[name] for name in NODE_FEATURE_NAMES], axis=1)
+
+
+def _cumulative_share(values, order) -> np.ndarray:
+  """Per node (original ids): share of sum(values) strictly before it in order.
+
+  Where an op sits in the work (or memory) of the whole graph is what a
+  pipeline-style split cuts on, so it is given directly.
+  """
+  values = np.asarray(values, np.float64)
+  total = float(values.sum())
+  share = np.zeros(values.shape[0])
+  if total > 0:
+    ordered = values[order]
+    share[order] = (np.cumsum(ordered) - ordered) / total
+  return share
+
+
+def _edge_features(graph, topology) -> np.ndarray:
+  """float64[m, F_EDGE] in the graph's edge order."""
+  link_bytes_per_us, link_latency = _mean_link(topology)
+  nbytes = graph.edge_bytes.astype(np.float64)
+  if link_bytes_per_us is None:
+    transfer = np.zeros_like(nbytes)
+  else:
+    transfer = nbytes / link_bytes_per_us + link_latency
+  columns = {
+      "log_bytes": _log(nbytes, _BYTES_SCALE),
+      "is_control": (graph.edge_output < 0).astype(np.float64),
+      "log_transfer_time": _log(transfer, _TIME_SCALE),
+  }
+  return np.stack([columns[name] for name in EDGE_FEATURE_NAMES], axis=1)
+
+
+def _device_features(graph, topology, tables) -> np.ndarray:
+  """float64[d, F_DEVICE] in the topology's device order."""
+  d = topology.num_devices
+  kinds = topology.kinds
+  speeds = topology.speeds
+  capacity = topology.memory_bytes.astype(np.float64)
+  graph_memory = float(graph.memory_bytes.sum())
+  off = ~np.eye(d, dtype=bool)
+  if d > 1:
+    log_bw = np.log(np.maximum(topology.bandwidth_gbps, 1e-3)) / 5.0
+    log_lat = np.log1p(np.maximum(topology.latency_us, 0.0)) / _TIME_SCALE
+    mean_bw = np.where(off, log_bw, 0.0).sum(1) / (d - 1)
+    min_bw = np.where(off, log_bw, np.inf).min(1)
+    mean_lat = np.where(off, log_lat, 0.0).sum(1) / (d - 1)
+  else:
+    mean_bw = min_bw = mean_lat = np.zeros(1)
+  # Share of the graph's work (at this device's speed) the device may take:
+  # a CPU next to GPUs is allowed most ops but runs them much slower.
+  inverse_time = np.where(tables.allowed, 1.0 / np.maximum(
+      tables.duration_us, 1e-6), 0.0)
+  share = inverse_time / np.maximum(inverse_time.sum(1, keepdims=True), 1e-12)
+  work = np.maximum(tables.duration_us.min(1), 0.0)
+  work_share = (share * work[:, None]).sum(0) / max(float(work.sum()), 1e-12)
+  if work.sum() <= 0:
+    work_share = tables.allowed.mean(0)
+  index_in_kind = np.zeros(d)
+  count_of_kind = np.zeros(d)
+  for kind in set(kinds):
+    members = [j for j, k in enumerate(kinds) if k == kind]
+    index_in_kind[members] = np.arange(len(members))
+    count_of_kind[members] = len(members)
+  columns = {
+      "kind_gpu": np.array([k == "GPU" for k in kinds], np.float64),
+      "kind_cpu": np.array([k == "CPU" for k in kinds], np.float64),
+      "kind_other": np.array([k not in DEVICE_KINDS for k in kinds],
+                             np.float64),
+      "log_speed": np.log(speeds),
+      "relative_speed": speeds / speeds.max(),
+      "log_memory_gib": np.log1p(capacity / (1 << 30)) / 5.0,
+      "memory_fraction": capacity / capacity.sum(),
+      "fits_graph": (np.minimum(capacity / graph_memory, 1.0) if graph_memory
+                     else np.ones(d)),
+      "mean_log_bandwidth": mean_bw,
+      "min_log_bandwidth": min_bw,
+      "mean_log_latency": mean_lat,
+      "work_share": work_share,
+      "relative_index": index_in_kind / count_of_kind,
+      "log_num_devices": np.full(d, math.log(d) / 3.0),
+  }
+  for i, frequency in enumerate(_INDEX_FREQUENCIES):
+    angle = index_in_kind * frequency
+    columns[f"index_sin_{i}"] = np.sin(angle)
+    columns[f"index_cos_{i}"] = np.cos(angle)
+  return np.stack([columns[name] for name in DEVICE_FEATURE_NAMES], axis=1)
+
+
+def _longest_path_lengths(n: int, src: np.ndarray, dst: np.ndarray):
+  """int64[n]: edges on the longest path from any source along src -> dst.
+
+  Level-synchronous Kahn's algorithm: each wave is vectorized, so the cost is
+  O(edges) numpy work plus a small constant per level (a 60k-op GNMT graph
+  has a few thousand levels).
+  """
+  src = np.asarray(src, np.int64)
+  dst = np.asarray(dst, np.int64)
+  indegree = np.bincount(dst, minlength=n).astype(np.int64)
+  by_src = np.argsort(src, kind="stable")
+  targets = dst[by_src]
+  ptr = np.searchsorted(src[by_src], np.arange(n + 1))
+  length = np.zeros(n, np.int64)
+  frontier = np.flatnonzero(indegree == 0)
+  level = 0
+  while frontier.size:
+    length[frontier] = level
+    starts, ends = ptr[frontier], ptr[frontier + 1]
+    counts = ends - starts
+    total = int(counts.sum())
+    if not total:
+      break
+    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    succ = targets[offsets + np.arange(total)]
+    unique, hits = np.unique(succ, return_counts=True)
+    indegree[unique] -= hits
+    frontier = unique[indegree[unique] == 0]
+    level += 1
+  return length

@@ -1,0 +1,225 @@
+"""`GdpPolicy`: observation dict -> masked device logits per colocation group.
+
+The pieces, each in its own module:
+
+  encoder.GraphEncoder          TF-GNN GraphSAGE -> node + graph embeddings
+  placer.TransformerXLPlacer    segments + memory over the topological order
+   (or placer.FeedForwardPlacer, the no-attention ablation)
+  superposition.FeatureWiseGate graph embedding gates every placer layer
+  devices.DeviceEncoder         devices are inputs, not output units
+  devices.PairScorer            node x device scores
+
+Node scores are averaged over each colocation group's members (a group is
+placed once, as one decision) and masked: devices a group may not use and
+padding devices get NEG_LOGIT, padding groups put all mass on device 0.
+NEG_LOGIT is finite so that PPO's entropy and KL terms stay finite.
+"""
+
+import dataclasses
+from typing import Optional
+
+import tensorflow as tf
+
+from tf_gdp.policy import devices
+from tf_gdp.policy import encoder as encoder_lib
+from tf_gdp.policy import features
+from tf_gdp.policy import placer as placer_lib
+
+NEG_LOGIT = -1e9
+PLACERS = ("transformer_xl", "feedforward")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+  """Sizes and switches of `GdpPolicy`.
+
+  Attributes:
+    hidden_size: width of node, device and placer states.
+    op_embedding_size: width of the hashed op-type embedding.
+    gnn_rounds: GraphSAGE message-passing rounds (each both directions).
+    placer_layers: Transformer-XL (or feed-forward) layers.
+    num_heads: attention heads (must divide hidden_size).
+    ffn_size: inner width of the placer's feed-forward blocks.
+    segment_length: nodes per Transformer-XL segment.
+    memory_length: previous positions each segment attends to (0: none).
+    placer: "transformer_xl" or "feedforward" (ablation).
+    superposition: graph embedding gates every placer layer (False: ablation).
+    seed: initializer seed; the same seed gives the same initial weights.
+  """
+  hidden_size: int = 64
+  op_embedding_size: int = 16
+  gnn_rounds: int = 3
+  placer_layers: int = 2
+  num_heads: int = 4
+  ffn_size: int = 128
+  segment_length: int = 128
+  memory_length: int = 128
+  placer: str = "transformer_xl"
+  superposition: bool = True
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.placer not in PLACERS:
+      raise ValueError(f"placer must be one of {PLACERS}, got {self.placer!r}")
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f"num_heads={self.num_heads} must divide "
+                       f"hidden_size={self.hidden_size}")
+    if self.hidden_size % 2:
+      raise ValueError("hidden_size must be even (sinusoidal positions)")
+    if self.segment_length < 1 or self.memory_length < 0:
+      raise ValueError("segment_length must be >= 1, memory_length >= 0")
+
+  def to_dict(self) -> dict:
+    """JSON-able fields, e.g. to store next to a checkpoint."""
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, values: dict) -> "PolicyConfig":
+    """Inverse of `to_dict`; unknown keys are an error, not silently lost."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+      raise ValueError(f"unknown PolicyConfig fields: {unknown}")
+    return cls(**values)
+
+
+class GdpPolicy(tf.keras.Model):
+  """The GDP policy network (TF / Keras 2).
+
+  Call args:
+    observation: dict of batched observation arrays (keys
+      `features.OBSERVATION_KEYS`, as from `features.as_tensors`, with any
+      number of leading batch dimensions, including none).
+    training: Keras training flag.
+
+  Returns:
+    float32[..., G, D] logits per colocation group and device.
+  """
+
+  def __init__(self, config: Optional[PolicyConfig] = None, **kwargs):
+    super().__init__(**kwargs)
+    self.config = config or PolicyConfig()
+    c = self.config
+    self.encoder = encoder_lib.GraphEncoder(
+        c.hidden_size, c.gnn_rounds, c.op_embedding_size, seed=c.seed,
+        name="encoder")
+    if c.placer == "transformer_xl":
+      self.placer = placer_lib.TransformerXLPlacer(
+          c.placer_layers, c.num_heads, c.ffn_size, c.segment_length,
+          c.memory_length, c.superposition, seed=c.seed + 10_000,
+          name="placer")
+    else:
+      self.placer = placer_lib.FeedForwardPlacer(
+          c.placer_layers, c.ffn_size, c.superposition, seed=c.seed + 10_000,
+          name="placer")
+    self.device_encoder = devices.DeviceEncoder(
+        c.hidden_size, seed=c.seed + 20_000, name="device_encoder")
+    self.scorer = devices.PairScorer(c.hidden_size, seed=c.seed + 30_000,
+                                     name="scorer")
+
+  # The network has no data-dependent Python control flow, so AutoGraph
+  # conversion (which Keras applies to every layer's `call`) is pure
+  # overhead: it was ~75% of the tracing time. Switching it off here switches
+  # it off for all layers below.
+  @tf.autograph.experimental.do_not_convert
+  def call(self, observation, training=False):
+    flat, outer = _flatten_outer(observation)
+    logits, _ = self._forward(flat, training)
+    return tf.reshape(logits, tf.concat([outer, tf.shape(logits)[1:]], 0))
+
+  @tf.autograph.experimental.do_not_convert
+  def graph_embedding(self, observation, training=False) -> tf.Tensor:
+    """float32[..., 2H]: the pooled encoder embedding of each graph."""
+    flat, outer = _flatten_outer(observation)
+    _, embedding = self.encoder(flat, training=training)
+    return tf.reshape(embedding,
+                      tf.concat([outer, tf.shape(embedding)[1:]], 0))
+
+  def _forward(self, observation, training):
+    node_mask = tf.cast(observation["node_mask"], tf.bool)
+    node_states, graph_embedding = self.encoder(observation, training=training)
+    states = self.placer((node_states, node_mask, graph_embedding),
+                         training=training)
+    device_mask = tf.cast(observation["device_mask"], tf.bool)
+    device_embeddings = self.device_encoder(
+        (observation["device_features"], device_mask), training=training)
+    node_logits = self.scorer(
+        (_with_contrast(states, node_mask), device_embeddings),
+        training=training)
+    group_logits = _group_mean(node_logits, observation["group_ids"],
+                               node_mask,
+                               tf.shape(observation["group_mask"])[1])
+    return _mask_logits(group_logits, observation), graph_embedding
+
+
+def _with_contrast(states, node_mask):
+  """[B, N, H] -> [B, N, 2H]: states and their deviation from the graph mean.
+
+  After the placer, most of a node's state is shared by its whole graph
+  (graph-level context); scored alone, that shared part pushes every op
+  towards the same device. The deviation from the mean over real nodes,
+  scaled to unit RMS, is what tells ops apart, and so what lets one op go
+  left and another right (see `devices.DeviceEncoder` on symmetry).
+  """
+  weights = tf.cast(node_mask, tf.float32)[..., None]
+  count = tf.maximum(tf.reduce_sum(weights, axis=1, keepdims=True), 1.0)
+  mean = tf.reduce_sum(states * weights, axis=1, keepdims=True) / count
+  deviation = (states - mean) * weights
+  rms = tf.sqrt(tf.reduce_sum(tf.square(deviation), axis=[1, 2],
+                              keepdims=True) /
+                (count * tf.cast(tf.shape(states)[2], tf.float32)) + 1e-6)
+  return tf.concat([states, deviation / rms], axis=-1)
+
+
+def _group_mean(node_logits, group_ids, node_mask, num_groups):
+  """[B, N, D] -> [B, G, D]: mean over each group's real member nodes."""
+  batch = tf.shape(node_logits)[0]
+  num_devices = tf.shape(node_logits)[2]
+  ids = tf.cast(group_ids, tf.int32) + num_groups * tf.range(batch)[:, None]
+  ids = tf.where(node_mask, ids, -1)  # negative ids are dropped
+  flat_logits = tf.reshape(node_logits, [-1, num_devices])
+  flat_ids = tf.reshape(ids, [-1])
+  total = tf.math.unsorted_segment_sum(flat_logits, flat_ids,
+                                       batch * num_groups)
+  count = tf.math.unsorted_segment_sum(
+      tf.ones_like(flat_ids, tf.float32), flat_ids, batch * num_groups)
+  mean = total / tf.maximum(count, 1.0)[:, None]
+  return tf.reshape(mean, [batch, num_groups, num_devices])
+
+
+def _mask_logits(group_logits, observation):
+  allowed = tf.cast(observation["allowed"], tf.bool)
+  device_mask = tf.cast(observation["device_mask"], tf.bool)
+  group_mask = tf.cast(observation["group_mask"], tf.bool)
+  real = tf.where(allowed & device_mask[:, None, :], group_logits, NEG_LOGIT)
+  padding = tf.where(allowed, 0.0, NEG_LOGIT)
+  return tf.where(group_mask[:, :, None], real, padding)
+
+
+# Observation entries and their rank without batch dimensions.
+_UNBATCHED_RANK = {name: len(shape) for name, (shape, _) in
+                   features.observation_spec(1, 1, 1, 1).items()}
+
+
+def _flatten_outer(observation):
+  """Flattens any leading batch dims of every entry to one; returns them too.
+
+  tf-agents calls networks with [B] and [B, T] outer dims; the layers only
+  handle one.
+  """
+  mask = tf.convert_to_tensor(observation["node_mask"])
+  outer = tf.shape(mask)[:-1]
+  flat = {}
+  for name, value in observation.items():
+    inner = _UNBATCHED_RANK.get(name)
+    if inner is None:
+      continue
+    value = tf.convert_to_tensor(value)
+    rank = value.shape.rank
+    static = value.shape[rank - inner:]
+    if static.is_fully_defined():
+      new_shape = [-1] + static.as_list()
+    else:
+      new_shape = tf.concat([[-1], tf.shape(value)[rank - inner:]], 0)
+    flat[name] = tf.reshape(value, new_shape)
+  return flat, outer
