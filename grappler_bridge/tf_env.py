@@ -21,8 +21,12 @@ def prepare_tensorflow_environment():
   if tf is None:
     return
   # TensorFlow was imported before us: make sure tf.keras resolves to tf_keras.
-  bound_to = str(getattr(getattr(tf, "keras", None), "__name__", ""))
-  if not bound_to.startswith("tf_keras"):
+  keras = getattr(tf, "keras", None)
+  bound_to = str(getattr(keras, "__name__", ""))
+  # tf-agents re-exports tf_keras under the name "tensorflow.keras"; what
+  # matters is whose classes tf.keras hands out.
+  model_module = str(getattr(getattr(keras, "Model", None), "__module__", ""))
+  if not (bound_to.startswith("tf_keras") or model_module.startswith("tf_keras")):
     raise ImportError(
         "tf_gdp needs Keras 2 (tf_keras), but TensorFlow was already imported "
         f"with tf.keras bound to {bound_to or 'another Keras'} (Keras 3). Set "

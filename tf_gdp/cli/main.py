@@ -15,6 +15,10 @@ COMMANDS = {
                      "write a zoo model or a user graph as MetaGraphDef or op-graph JSON"),
     "bench": ("tf_gdp.cli.bench",
               "compare placement methods on graphs and topologies (tables + JSON)"),
+    "pretrain": ("tf_gdp.cli.pretrain",
+                 "train a GDP policy with PPO on a set of graphs (checkpoints, TensorBoard)"),
+    "finetune": ("tf_gdp.cli.finetune",
+                 "fine-tune a pre-trained GDP policy on one graph, or place it zero-shot"),
     "inspect": ("tf_gdp.cli.inspect_graph",
                 "print node/edge counts, costs, memory and constraints of a graph"),
 }

@@ -1,0 +1,88 @@
+"""Calibration's fit and topology, on synthetic data (no cluster needed)."""
+
+import numpy as np
+import pytest
+
+from tf_gdp import errors
+from tf_gdp.cost import calibrate
+from tf_gdp.cost import topology
+
+_SIZES = np.array(calibrate.DEFAULT_SIZES, np.float64)
+
+
+def _times(latency_us, bandwidth_gbps, sizes=_SIZES):
+  return latency_us + sizes / (bandwidth_gbps * 1e3)
+
+
+def test_fit_recovers_exact_latency_and_bandwidth():
+  fit = calibrate.fit_link(_SIZES, _times(150.0, 1.5))
+  assert fit.latency_us == pytest.approx(150.0, rel=1e-6)
+  assert fit.bandwidth_gbps == pytest.approx(1.5, rel=1e-6)
+  assert fit.points == len(_SIZES)
+  assert fit.predict_us(1 << 20) == pytest.approx(_times(150.0, 1.5, 1 << 20))
+
+
+def test_fit_recovers_figures_from_noisy_times():
+  rng = np.random.default_rng(0)
+  errors_ = []
+  for _ in range(20):
+    noisy = _times(80.0, 2.5) * rng.uniform(0.9, 1.1, _SIZES.size)
+    fit = calibrate.fit_link(_SIZES, noisy)
+    errors_.append((fit.latency_us / 80.0 - 1, fit.bandwidth_gbps / 2.5 - 1))
+  median = np.median(np.abs(errors_), axis=0)
+  assert median[0] < 0.1 and median[1] < 0.1
+
+
+def test_fit_weighs_relative_error_so_small_transfers_count():
+  # An unweighted fit would let the 64 MB point swamp the latency.
+  fit = calibrate.fit_link(_SIZES, _times(300.0, 1.0))
+  small = fit.predict_us(1024)
+  assert small == pytest.approx(_times(300.0, 1.0, 1024), rel=1e-3)
+
+
+def test_fit_drops_non_positive_times_and_rejects_too_few_points():
+  times = _times(100.0, 1.0)
+  times[0] = -5.0  # noise swamped the smallest transfer
+  fit = calibrate.fit_link(_SIZES, times)
+  assert fit.points == len(_SIZES) - 1
+  assert fit.latency_us == pytest.approx(100.0, rel=1e-6)
+  with pytest.raises(errors.InputError):
+    calibrate.fit_link([1024, 2048], [10.0, -1.0])
+  with pytest.raises(errors.InputError):
+    calibrate.fit_link([1024, 2048, 4096], [10.0, 20.0])
+
+
+def test_fit_keeps_latency_non_negative():
+  fit = calibrate.fit_link(_SIZES, _SIZES / 1e3)  # 1 GB/s, no latency
+  assert fit.latency_us >= 0.0
+  assert fit.bandwidth_gbps == pytest.approx(1.0, rel=1e-3)
+
+
+def test_calibrated_topology_is_what_cpu_workers_preset_reads(tmp_path,
+                                                             monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  links = {(0, 1): calibrate.LinkFit(120.0, 1.6, 9),
+           (1, 0): calibrate.LinkFit(140.0, 1.2, 9)}
+  topo = calibrate.calibrated_topology(2, links, speed=1.1)
+  topology.save(topo, topology.calibrated_path(2))
+  loaded = topology.get("cpu-workers:2")
+  assert loaded.latency_us[0, 1] == pytest.approx(120.0)
+  assert loaded.latency_us[1, 0] == pytest.approx(140.0)
+  assert loaded.bandwidth_gbps[1, 0] == pytest.approx(1.2)
+  assert list(loaded.speeds) == pytest.approx([1.1, 1.1])
+  assert loaded.hardware == {"CPU": "local_cpu_core"}
+  assert loaded.device_names[1] == "/job:worker/replica:0/task:1/device:CPU:0"
+  assert loaded.transfer_us(0, 1, 1.6e6) == pytest.approx(120.0 + 1000.0)
+
+
+def test_calibrated_topology_fills_unmeasured_pairs(tmp_path, monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  topo = calibrate.calibrated_topology(
+      3, {(0, 1): calibrate.LinkFit(100.0, 1.0, 9),
+          (1, 0): calibrate.LinkFit(300.0, 3.0, 9)})
+  assert topo.latency_us[2, 0] == pytest.approx(200.0)
+  # Mean time per byte of 1 and 3 GB/s is that of 1.5 GB/s.
+  assert topo.bandwidth_gbps[1, 2] == pytest.approx(1.5)
+  assert topo.latency_us[2, 2] == 0.0
+  with pytest.raises(errors.InputError):
+    calibrate.calibrated_topology(2, {})

@@ -1,0 +1,213 @@
+"""The placement bandit: specs, rewards, references, batches, best, backends."""
+
+import numpy as np
+import pytest
+
+# tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it (see
+# environment._rebind_keras_2).
+from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
+from tf_gdp.rl import graph_sets
+from tf_gdp.rl import outputs
+from tf_gdp import errors
+from tf_gdp.cost import measure as measure_lib
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import op_graph
+from tf_agents.environments import utils as env_utils
+from tf_agents.trajectories import time_step as ts
+
+GIB = 1 << 30
+
+
+def two_chains(length=4, cost=100.0, nbytes=1_000_000, memory=0):
+  """Two independent chains a/op0 -> ... and b/op0 -> ..., equal costs."""
+  names = [f"{c}/op{i}" for c in "ab" for i in range(length)]
+  src, dst = [], []
+  for c in range(2):
+    for i in range(length - 1):
+      src.append(c * length + i)
+      dst.append(c * length + i + 1)
+  n = 2 * length
+  return op_graph.OpGraph.build(
+      name="two_chains", node_names=names, op_types=["MatMul"] * n,
+      costs={"GPU": [cost] * n}, output_bytes=[nbytes] * n,
+      memory_bytes=[memory] * n, edge_src=src, edge_dst=dst,
+      edge_bytes=[nbytes] * len(src),
+      fetches=[names[length - 1], names[-1]])
+
+
+def gpus(count=2, memory=GIB, name="gpus"):
+  devices = [topology_lib.Device(
+      f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU", memory)
+             for i in range(count)]
+  return topology_lib.custom(name, devices, np.full((count, count), 10.0),
+                             np.full((count, count), 5.0))
+
+
+def split_action(env, index=0):
+  """Chain a on device 0, chain b on device 1, as a group action."""
+  inputs = env.inputs(index)
+  groups = np.zeros(env.action_spec().shape, np.int32)
+  order = inputs.order
+  for position in range(inputs.num_nodes):
+    node = order[position]
+    groups[inputs.group_ids[position]] = 0 if node < inputs.num_nodes // 2 else 1
+  return groups
+
+
+def test_specs_and_one_step():
+  task = environment.PlacementTask(two_chains(), gpus())
+  env = environment.PlacementEnv([task])
+  action_spec = env.action_spec()
+  assert action_spec.shape == (8,) and action_spec.dtype == np.int32
+  assert (action_spec.minimum, action_spec.maximum) == (0, 1)
+  obs_spec = env.observation_spec()
+  assert obs_spec["node_features"].shape[0] == 8
+  assert environment.GRAPH_ID in obs_spec
+  first = env.reset()
+  assert first.step_type == ts.StepType.FIRST
+  for name, spec in obs_spec.items():
+    assert first.observation[name].shape == spec.shape, name
+  last = env.step(split_action(env))
+  assert last.step_type == ts.StepType.LAST
+  # Reference: both chains on one GPU = 800 us; split = 400 us.
+  assert env.reference(0).method == "single_device"
+  assert env.reference(0).step_time_us == pytest.approx(800.0)
+  assert last.reward == pytest.approx(np.log(2.0), rel=1e-5)
+  assert env.best(0).step_time_us == pytest.approx(400.0)
+  assert env.evaluations == 1
+  env_utils.validate_py_environment(env, episodes=3)
+
+
+def test_batch_rewards_match_the_simulator_and_keep_the_best():
+  graph, topology = two_chains(), gpus()
+  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)])
+  rng = np.random.default_rng(0)
+  actions = rng.integers(0, 2, (12, 8)).astype(np.int32)
+  evaluation = env.evaluate(0, actions)
+  expected = simulator.simulate_batch(graph, evaluation.placements, topology)
+  np.testing.assert_allclose(evaluation.step_time_us, expected.step_time_us)
+  np.testing.assert_allclose(
+      evaluation.reward, np.log(800.0 / expected.step_time_us), rtol=1e-5)
+  best = env.best(0)
+  assert best.step_time_us == pytest.approx(expected.step_time_us.min())
+  assert env.evaluations == 12
+  # A worse batch does not replace it.
+  env.evaluate(0, np.zeros((2, 8), np.int32) + 1)
+  assert env.best(0) is best
+  # Placements honour groups: the simulator accepts them as they are.
+  assert not simulator.constraint_problems(graph, best.placement, topology)
+
+
+def test_out_of_memory_is_penalized_below_the_reference():
+  # 600 MiB per op: one chain (2.4 GiB) fits a 3 GiB GPU, both do not.
+  graph = two_chains(memory=600 << 20)
+  topology = gpus(memory=3 * GIB)
+  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)])
+  together = np.zeros((1, 8), np.int32)
+  evaluation = env.evaluate(0, np.concatenate([together, [split_action(env)]]))
+  assert list(evaluation.valid) == [False, True]
+  # No single device holds the graph: the reference is the lower bound.
+  assert env.reference(0).method == "lower_bound"
+  assert env.reference(0).step_time_us == pytest.approx(400.0)
+  assert evaluation.reward[0] <= -environment.INVALID_PENALTY
+  assert evaluation.reward[1] == pytest.approx(0.0, abs=1e-6)
+  assert env.best(0).step_time_us == pytest.approx(400.0)
+
+
+def test_reward_function():
+  reward = environment.placement_reward([50.0, 100.0, 200.0, 50.0, np.nan],
+                                        [True, True, True, False, False], 100.0)
+  np.testing.assert_allclose(
+      reward, [np.log(2), 0, -np.log(2), -environment.INVALID_PENALTY,
+               -environment.INVALID_PENALTY], rtol=1e-6)
+
+
+def test_several_tasks_pad_to_the_largest_and_observe_each():
+  small = environment.PlacementTask(two_chains(2), gpus(2), name="small")
+  large = environment.PlacementTask(two_chains(5), gpus(4, name="g4"),
+                                    name="large")
+  env = environment.PlacementEnv([small, large], seed=3)
+  assert env.padding == {"max_nodes": 10, "max_edges": 8, "max_groups": 10,
+                         "max_devices": 4}
+  seen = set()
+  for _ in range(12):
+    step = env.reset()
+    seen.add(int(step.observation[environment.GRAPH_ID]))
+    assert env.current_task in (0, 1)
+    # Padding devices are never allowed.
+    allowed = step.observation["allowed"]
+    if env.current_task == 0:
+      assert not allowed[:, 2:].any()
+  assert seen == {0, 1}
+  # An action naming a device the task does not have is invalid, not a crash.
+  bad = np.full((1, 10), 3, np.int32)
+  evaluation = env.evaluate(0, bad)
+  assert not evaluation.valid[0]
+
+
+def test_bad_arguments():
+  task = environment.PlacementTask(two_chains(), gpus())
+  with pytest.raises(errors.InputError):
+    environment.PlacementEnv([])
+  with pytest.raises(errors.InputError):
+    environment.PlacementEnv([task], backend="guess")
+  with pytest.raises(errors.InputError, match="TensorFlow graph"):
+    environment.PlacementEnv([task], backend="measure", measure_target="local")
+  with pytest.raises(errors.InputError, match="unique"):
+    environment.PlacementEnv([task, task])
+
+
+def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch):
+  task = environment.PlacementTask(two_chains(), gpus(), extracted=object())
+  env = environment.PlacementEnv([task], backend="mix", measure_target="local",
+                                 measure_top_k=1)
+  measured = []
+
+  def fake_measure(extracted, placement, target, *, topology, repeats, warmup):
+    del extracted, target, topology, repeats, warmup
+    measured.append(np.asarray(placement).copy())
+    # "Reality" is twice as slow as the simulator, everywhere.
+    sim = simulator.simulate(task.graph, placement, task.topology)
+    return measure_lib.Measurement(step_time_us=2 * sim.step_time_us)
+
+  monkeypatch.setattr(measure_lib, "measure", fake_measure)
+  split = split_action(env)
+  actions = np.stack([np.zeros(8, np.int32), split, split])
+  evaluation = env.evaluate(0, actions)
+  # The reference (single device) and the fastest candidate were measured,
+  # the duplicate of the split placement only once.
+  assert len(measured) == 2
+  assert list(evaluation.measured) == [False, True, False]
+  assert evaluation.step_time_us[1] == pytest.approx(800.0)
+  # Measured reward: measured ratio to the measured reference (1600 us).
+  assert evaluation.reward[1] == pytest.approx(np.log(2.0), rel=1e-5)
+  assert env.best(0).source == "measure"
+  assert env.best(0).step_time_us == pytest.approx(800.0)
+  # Cached: measuring the same placement again costs nothing.
+  env.evaluate(0, split[None])
+  assert len(measured) == 2
+
+
+def test_placement_file_round_trip(tmp_path):
+  task = environment.PlacementTask(two_chains(), gpus())
+  env = environment.PlacementEnv([task])
+  env.evaluate(0, split_action(env)[None])
+  path = str(tmp_path / "best.json")
+  outputs.write_placement(path, task, env.best(0), env.reference(0))
+  restored = outputs.read_best(path, task, env.inputs(0))
+  assert restored.step_time_us == env.best(0).step_time_us
+  np.testing.assert_array_equal(restored.placement, env.best(0).placement)
+  other = environment.PlacementTask(two_chains(3), gpus())
+  assert outputs.read_best(path, other, env.inputs(0)) is None
+
+
+def test_generated_graph_sets():
+  items = graph_sets.parse("layered:300:width=20,cells:200:cell=16:seed=2")
+  graphs = [item.load("p100x2").graph for item in items]
+  assert [g.num_nodes for g in graphs] == [300, 200]
+  assert graphs[1].num_edges > 200
+  with pytest.raises(errors.InputError):
+    graph_sets.parse("layered:x")
+  with pytest.raises(errors.InputError):
+    graph_sets.parse("cells:100:width=3")

@@ -1,0 +1,164 @@
+"""The local worker cluster starts, runs placed graphs, restarts, and cleans up.
+
+A worker left behind would hold a core and skew every later measurement, so
+each test checks that no worker process survives its cluster.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from grappler_bridge import extract
+from tf_gdp import errors
+from tf_gdp.cost import measure
+from tf_gdp.cost import workers
+
+
+def _gone(pid: int, wait_s: float = 10.0) -> bool:
+  """Whether process `pid` has exited (a zombie counts as exited)."""
+  deadline = time.monotonic() + wait_s
+  while time.monotonic() < deadline:
+    try:
+      with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+      return True
+    if state in ("Z", "X"):
+      return True
+    time.sleep(0.05)
+  return False
+
+
+def _reaped(cluster, task: int, wait_s: float = 10.0) -> bool:
+  """Waits until the cluster sees worker `task` dead.
+
+  A SIGKILLed TF worker has dozens of threads; /proc shows it as a zombie
+  while they are still being torn down, before its parent can reap it.
+  """
+  deadline = time.monotonic() + wait_s
+  while time.monotonic() < deadline:
+    if not cluster.alive()[task]:
+      return True
+    time.sleep(0.05)
+  return False
+
+
+def _two_task_graph(cluster):
+  """Doubles a matrix on task 0 and sums it on task 1."""
+  graph = tf.Graph()
+  with graph.as_default():
+    with tf.device(cluster.device_names[0]):
+      doubled = tf.constant(np.ones([8, 8], np.float32)) * 2.0
+    with tf.device(cluster.device_names[1]):
+      total = tf.reduce_sum(doubled)
+  return graph, total
+
+
+def _tiny_step():
+  weights = tf.Variable(tf.ones([16, 16]) * 0.01)
+
+  @tf.function
+  def step():
+    y = tf.matmul(weights, weights)
+    weights.assign_sub(0.1 * y)
+    return tf.reduce_sum(y)
+
+  return extract.from_function(step)
+
+
+def test_cluster_runs_across_workers_and_leaves_nothing_on_exception():
+  pids = []
+  with pytest.raises(RuntimeError, match="boom"):
+    with workers.CpuWorkerCluster(2) as cluster:
+      pids = cluster.pids
+      ports = [int(a.rsplit(":", 1)[1]) for a in cluster.addresses]
+      assert len(set(ports)) == 2 and all(p > 0 for p in ports)
+      assert cluster.target == f"grpc://{cluster.addresses[0]}"
+      assert cluster.device_names[1] == (
+          "/job:worker/replica:0/task:1/device:CPU:0")
+      for pid, core in zip(pids, cluster.cores):
+        assert os.sched_getaffinity(pid) == {core}
+      graph, total = _two_task_graph(cluster)
+      with tf.compat.v1.Session(cluster.target, graph=graph) as session:
+        assert session.run(total) == pytest.approx(128.0)
+      # measure() on the same cluster, with ops on both workers.
+      extracted = _tiny_step()
+      placement = np.arange(len(extracted.graph_def.node)) % 2
+      # Keep each variable's ops with its handle (a colocation group).
+      by_name = {n.name: i for i, n in enumerate(extracted.graph_def.node)}
+      for node in extracted.graph_def.node:
+        if node.op in ("ReadVariableOp", "AssignSubVariableOp"):
+          placement[by_name[node.name]] = placement[
+              by_name[node.input[0].split(":")[0]]]
+      result = measure.measure(extracted, placement, cluster,
+                               topology="cpu-workers:2", warmup=1, repeats=2)
+      assert result.valid, result.reason
+      assert result.step_time_us > 0 and len(result.times_us) == 2
+      # The same cluster named by its address, as a user's grpc:// cluster.
+      by_address = measure.measure(extracted, placement, cluster.target,
+                                   topology="cpu-workers:2", warmup=0,
+                                   repeats=1)
+      assert by_address.valid and by_address.target == cluster.target
+      raise RuntimeError("boom")
+  assert pids and all(_gone(pid) for pid in pids)
+
+
+def test_dead_worker_is_detected_and_restarted_with_a_limit():
+  with workers.CpuWorkerCluster(2, max_restarts=1) as cluster:
+    old_pids = cluster.pids
+    assert cluster.ensure_alive() == []
+    os.kill(old_pids[1], signal.SIGKILL)
+    assert _reaped(cluster, 1)
+    assert cluster.alive() == [True, False]
+    assert cluster.ensure_alive() == [1]
+    assert cluster.alive() == [True, True]
+    assert cluster.pids[0] == old_pids[0] and cluster.pids[1] != old_pids[1]
+    graph, total = _two_task_graph(cluster)
+    with tf.compat.v1.Session(cluster.target, graph=graph) as session:
+      assert session.run(total) == pytest.approx(128.0)
+    # A second death exceeds max_restarts=1: measure() reports it, no raise.
+    restarted = cluster.pids[1]
+    os.kill(restarted, signal.SIGKILL)
+    assert _reaped(cluster, 1)
+    with pytest.raises(workers.WorkerError, match="restarts"):
+      cluster.ensure_alive()
+    result = measure.measure(_tiny_step(), {}, cluster, repeats=1)
+    assert not result.valid and "worker unavailable" in result.reason
+    pids = [p for p in cluster.pids if p is not None]
+  assert all(_gone(pid) for pid in pids)
+
+
+def test_workers_die_with_a_killed_parent(tmp_path):
+  script = textwrap.dedent("""
+      import sys, time
+      from tf_gdp.cost import workers
+      cluster = workers.CpuWorkerCluster(2)
+      cluster.start()
+      print(" ".join(str(p) for p in cluster.pids), flush=True)
+      time.sleep(600)
+  """)
+  parent = subprocess.Popen([sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, text=True,
+                            cwd=str(tmp_path))
+  try:
+    line = parent.stdout.readline()
+    pids = [int(p) for p in line.split()]
+    assert len(pids) == 2, line
+  finally:
+    parent.kill()  # SIGKILL: no __exit__, no atexit
+    parent.wait()
+  assert all(_gone(pid) for pid in pids)
+
+
+def test_bad_worker_count_is_input_error():
+  with pytest.raises(errors.InputError):
+    workers.CpuWorkerCluster(0)
+  with pytest.raises(errors.InputError):
+    workers.CpuWorkerCluster(True)

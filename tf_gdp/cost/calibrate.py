@@ -1,0 +1,445 @@
+"""Calibrates the `cpu-workers:K` topology against this machine.
+
+The simulator can only predict the real testbed if its link and device
+figures are the testbed's. This measures them with the real runtime and
+saves a topology file (`topology.calibrated_path(K)`), which
+`topology.get("cpu-workers:K")` then reads:
+
+* links: the time to send a float32 tensor of 1 KB .. 64 MB from worker
+  `src` to worker `dst` in the middle of a step, from step times of a
+  ping-pong graph minus the same graph run all on `src` (see
+  `measure_transfers`). A least-squares fit
+  of `latency + bytes / bandwidth`, weighted by relative error (small and
+  large transfers count alike), gives the link's latency and bandwidth. On
+  K=2 both directions are measured; with more workers the 0->1 and 1->0
+  figures (loopback is the same for every pair) are averaged for all pairs.
+* compute (optional, `--compute`): the roofline (`local_cpu_core`) prices
+  two calibration graphs (an MLP and a conv stack, training steps) unlike
+  the ones benchmarks use; each is timed on one worker, and the geometric
+  mean of roofline / (measured - trivial step time) becomes every device's
+  `speed`.
+
+Example:
+  python -m tf_gdp.cost.calibrate --workers=2 --compute --json_out=/tmp/c.json
+"""
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+from scipy import optimize
+
+from tf_gdp import errors
+from tf_gdp import fileio
+from tf_gdp.cost import topology as topology_lib
+
+# Transfer sizes: 1 KB .. 64 MB, x4 apart.
+DEFAULT_SIZES = tuple(1024 * 4 ** i for i in range(9))
+_FLOAT_BYTES = 4
+# Timed steps per size and variant; small transfers are noisier and cheap.
+_REPEATS_SMALL, _REPEATS_LARGE, _REPEATS_TOKEN = 30, 10, 60
+_LARGE_BYTES = 4 << 20
+# The sender computes this many [n, n] matmuls (~2 ms) before the payload.
+_DELAY_SIZE, _DELAY_MATMULS = 256, 6
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferPoint:
+  """One measured transfer size (median step times, microseconds)."""
+  nbytes: int
+  remote_us: float  # step with the consumer on the other worker
+  local_us: float  # same step, consumer on the sender
+  transfer_us: float  # remote - local
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkFit:
+  """`time_us = latency_us + nbytes / (bandwidth_gbps * 1e3)`."""
+  latency_us: float
+  bandwidth_gbps: float
+  points: int
+
+  def predict_us(self, nbytes) -> np.ndarray:
+    return self.latency_us + np.asarray(nbytes, np.float64) / (
+        self.bandwidth_gbps * 1e3)
+
+
+def fit_link(nbytes: Sequence[float], times_us: Sequence[float]) -> LinkFit:
+  """Least-squares latency + bytes/bandwidth, minimizing relative error.
+
+  Points with a non-positive time (noise swamped a tiny transfer) carry no
+  information about a relative error and are dropped. Latency is kept >= 0.
+
+  Raises:
+    InputError: fewer than two usable points, or mismatched lengths.
+  """
+  x = np.asarray(nbytes, np.float64)
+  t = np.asarray(times_us, np.float64)
+  if x.shape != t.shape or x.ndim != 1:
+    raise errors.InputError("fit_link needs two equally long 1-D sequences")
+  keep = (t > 0) & np.isfinite(t) & (x >= 0)
+  x, t = x[keep], t[keep]
+  if x.size < 2 or np.unique(x).size < 2:
+    raise errors.InputError(
+        "fit_link needs at least two positive times at different sizes")
+  scale = x.max()  # keeps the two columns of similar magnitude
+  design = np.stack([np.ones_like(x), x / scale], axis=1) / t[:, None]
+  result = optimize.lsq_linear(design, np.ones_like(t),
+                               bounds=([0.0, 1e-12], [np.inf, np.inf]))
+  latency, us_per_scaled_byte = result.x
+  us_per_byte = us_per_scaled_byte / scale
+  return LinkFit(latency_us=float(latency),
+                 bandwidth_gbps=float(1.0 / (us_per_byte * 1e3)),
+                 points=int(x.size))
+
+
+# ---- transfers ---------------------------------------------------------------
+
+
+def _tf():
+  from grappler_bridge import tf_env  # pylint: disable=g-import-not-at-top
+  tf_env.prepare_tensorflow_environment()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf
+
+
+def measure_transfers(cluster, sizes: Sequence[int] = DEFAULT_SIZES, *,
+                      src: int = 0, dst: int = 1,
+                      repeats: Optional[int] = None,
+                      timeout_s: float = 120.0) -> List[TransferPoint]:
+  """Times sending tensors of `sizes` bytes from worker `src` to `dst`.
+
+  What the simulator calls a transfer is mid-step: the receiving worker
+  asked for the tensor when its part of the step began (a `_Recv` has no
+  inputs), and the tensor goes out when its producer ends. So each size is
+  a ping-pong in the middle of a step: ~2 ms of matmuls on src, then the
+  payload is read there and sent to dst, whose Identity of it sends a
+  4-byte token back to src, where the step ends. The local variant runs the
+  same ops all on src (plus a no-op step part on dst, so both variants span
+  two workers and pay the same RPC overhead). Their difference is the
+  payload's trip plus the token's; a ping-pong with a 4-byte payload is two
+  token trips, so half of it is subtracted. Both variants run alternately
+  in one session, so that drift in the machine's load hits them alike;
+  each time is the difference of medians.
+  """
+  from tf_gdp.cost import measure as measure_lib  # pylint: disable=g-import-not-at-top
+  tf = _tf()
+  devices = cluster.device_names
+  if not (0 <= src < len(devices) and 0 <= dst < len(devices)) or src == dst:
+    raise errors.InputError(f"src/dst must be two different tasks of "
+                            f"{len(devices)} workers, got {src}, {dst}")
+  config = measure_lib.session_config(timeout_s=timeout_s)
+  options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
+
+  def round_trip(n: int, count: int):
+    graph, variants = _ping_pong_graph(tf, devices[src], devices[dst], n)
+    times = {key: [] for key in variants}
+    with tf.compat.v1.Session(cluster.target, graph=graph,
+                              config=config) as session:
+      session.run(graph.get_collection(_INIT), options=options)
+      for _ in range(2):
+        for targets in variants.values():
+          session.run(targets, options=options)
+      for _ in range(count):
+        for key, targets in variants.items():
+          start = time.perf_counter()
+          session.run(targets, options=options)
+          times[key].append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times["remote"]), statistics.median(
+        times["local"])
+
+  remote, local = round_trip(1, _REPEATS_TOKEN)
+  token_us = (remote - local) / 2.0
+  points = []
+  for nbytes in sizes:
+    n = max(1, int(nbytes) // _FLOAT_BYTES)
+    count = repeats or (_REPEATS_LARGE if nbytes >= _LARGE_BYTES
+                        else _REPEATS_SMALL)
+    remote, local = round_trip(n, count)
+    points.append(TransferPoint(nbytes=n * _FLOAT_BYTES, remote_us=remote,
+                                local_us=local,
+                                transfer_us=remote - local - token_us))
+  return points
+
+
+_INIT = "tf_gdp_calibration_init"
+
+
+def _ping_pong_graph(tf, src_device: str, dst_device: str, n: int):
+  """One transfer size: (graph, {"remote": targets, "local": targets})."""
+  with tf.Graph().as_default() as graph:
+    with tf.device(src_device):
+      payload_variable = tf.Variable(tf.random.uniform([n], seed=1),
+                                     name="payload")
+      square = tf.Variable(tf.random.uniform([_DELAY_SIZE, _DELAY_SIZE],
+                                             -0.05, 0.05, seed=2),
+                           name="delay")
+      for variable in (payload_variable, square):
+        graph.add_to_collection(_INIT, variable.initializer)
+    ends = {}
+    for variant, there in (("remote", dst_device), ("local", src_device)):
+      with tf.device(src_device):
+        h = square.read_value()
+        for _ in range(_DELAY_MATMULS):
+          h = tf.matmul(h, square.read_value())
+        with tf.control_dependencies([h]):
+          payload = payload_variable.read_value()
+      with tf.device(there):
+        received = tf.identity(payload)
+        with tf.control_dependencies([received]):
+          token = tf.constant(0.0)
+      with tf.device(src_device):
+        ends[variant] = tf.identity(token).op
+    with tf.device(dst_device):
+      # The local variant's part on dst, so that it too spans two workers.
+      dst_part = tf.identity(tf.constant(0.0)).op
+  return graph, {"remote": [ends["remote"]],
+                 "local": [ends["local"], dst_part]}
+
+
+def measure_step_overhead(cluster, *, repeats: int = 50,
+                          timeout_s: float = 60.0) -> Dict[str, float]:
+  """Median time of a trivial step on one worker and spanning all workers.
+
+  The simulator has no per-step cost; this says how much a real step pays
+  just to exist (client -> master -> workers RPCs).
+  """
+  from tf_gdp.cost import measure as measure_lib  # pylint: disable=g-import-not-at-top
+  tf = _tf()
+  with tf.Graph().as_default() as graph:
+    ops = []
+    for device in cluster.device_names:
+      with tf.device(device):
+        ops.append(tf.identity(tf.constant(0.0)).op)
+  config = measure_lib.session_config(timeout_s=timeout_s)
+  options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
+  result = {}
+  with tf.compat.v1.Session(cluster.target, graph=graph,
+                            config=config) as session:
+    for label, targets in (("one_worker_us", ops[:1]),
+                           ("all_workers_us", ops)):
+      for _ in range(3):
+        session.run(targets, options=options)
+      samples = []
+      for _ in range(repeats):
+        start = time.perf_counter()
+        session.run(targets, options=options)
+        samples.append((time.perf_counter() - start) * 1e6)
+      result[label] = float(statistics.median(samples))
+  return result
+
+
+# ---- compute -----------------------------------------------------------------
+
+
+def calibration_graphs():
+  """Training steps unlike the benchmark graphs' (name -> ExtractedGraph).
+
+  Each takes tens of milliseconds on one core, so that the fixed cost of a
+  step (RPCs, executor start) is a small correction, and uses layer sizes
+  typical of real models (oneDNN is less efficient on tiny channel counts,
+  which is not what a speed factor should capture).
+  """
+  tf = _tf()
+  from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
+  rng = tf.random.Generator.from_seed(7)
+  graphs = {}
+
+  weights = [tf.Variable(rng.uniform([768, 768], -0.05, 0.05),
+                         name=f"mm{i}") for i in range(5)]
+  inputs = tf.Variable(rng.uniform([192, 768], -1.0, 1.0), name="mm_x")
+
+  def matmul_step():
+    with tf.GradientTape() as tape:
+      h = inputs
+      for w in weights:
+        h = tf.tanh(tf.matmul(h, w))
+      loss = tf.reduce_mean(tf.square(h))
+    grads = tape.gradient(loss, weights)
+    for w, g in zip(weights, grads):
+      w.assign_sub(0.01 * g)
+    return loss
+
+  graphs["matmul_tanh_mlp"] = extract.from_function(matmul_step)
+
+  kernels = [tf.Variable(rng.uniform([3, 3, 48, 48], -0.05, 0.05),
+                         name=f"conv{i}") for i in range(3)]
+  images = tf.Variable(rng.uniform([8, 24, 24, 48], -1.0, 1.0),
+                       name="conv_x")
+
+  def conv_step():
+    with tf.GradientTape() as tape:
+      h = images
+      for k in kernels:
+        h = tf.nn.relu(tf.nn.conv2d(h, k, 1, "SAME"))
+      loss = tf.reduce_mean(tf.square(h))
+    grads = tape.gradient(loss, kernels)
+    for k, g in zip(kernels, grads):
+      k.assign_sub(0.01 * g)
+    return loss
+
+  graphs["conv_relu_stack"] = extract.from_function(conv_step)
+  return graphs
+
+
+def measure_speed(cluster, *, step_overhead_us: float = 0.0,
+                  repeats: int = 7) -> Dict[str, Dict[str, float]]:
+  """Roofline / measured time of each calibration graph on worker 0.
+
+  The simulator has no per-step cost, so `step_overhead_us` (a trivial
+  step's time, `measure_step_overhead`) is taken off the measured time
+  before the ratio.
+  """
+  from tf_gdp.cost import measure as measure_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
+  label = f"{topology_lib.CPU_WORKERS}:{cluster.num_workers}"
+  result = {}
+  for name, extracted in calibration_graphs().items():
+    graph = sources.cost(extracted, name=name, devices=label)
+    roofline_us = float(np.sum(graph.costs["CPU"]))
+    placement = {node: cluster.device_names[0] for node in graph.node_names}
+    measured = measure_lib.measure(extracted, placement, cluster,
+                                   warmup=3, repeats=repeats)
+    if not measured.valid:
+      raise RuntimeError(f"calibration graph {name} failed: "
+                         f"{measured.reason}")
+    compute_us = max(measured.step_time_us - step_overhead_us, 1.0)
+    result[name] = {"roofline_us": roofline_us,
+                    "measured_us": measured.step_time_us,
+                    "speed": roofline_us / compute_us}
+  return result
+
+
+# ---- the topology ------------------------------------------------------------
+
+
+def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
+                        speed: float = 1.0) -> topology_lib.Topology:
+  """cpu-workers:K with measured links ((src, dst) -> fit) and speed.
+
+  Pairs not measured get the mean latency and the harmonic-mean bandwidth
+  (i.e. mean time per byte) of the measured ones.
+  """
+  if not links:
+    raise errors.InputError("calibrated_topology needs at least one link fit")
+  base = topology_lib.get(f"{topology_lib.CPU_WORKERS}:{num_workers}")
+  mean_latency = float(np.mean([f.latency_us for f in links.values()]))
+  mean_bandwidth = float(1.0 / np.mean(
+      [1.0 / f.bandwidth_gbps for f in links.values()]))
+  bandwidth = np.full((num_workers, num_workers), mean_bandwidth)
+  latency = np.full((num_workers, num_workers), mean_latency)
+  for (src, dst), fit in links.items():
+    bandwidth[src, dst] = fit.bandwidth_gbps
+    latency[src, dst] = fit.latency_us
+  np.fill_diagonal(latency, 0.0)
+  devices = [topology_lib.Device(dev.name, dev.kind, dev.memory_bytes,
+                                 float(speed)) for dev in base.devices]
+  return topology_lib.custom(f"{topology_lib.CPU_WORKERS}:{num_workers}",
+                             devices, bandwidth, latency,
+                             hardware={"CPU": "local_cpu_core"})
+
+
+def median_transfers(cluster, sizes: Sequence[int] = DEFAULT_SIZES, *,
+                     src: int, dst: int, rounds: int = 1
+                    ) -> List[TransferPoint]:
+  """`measure_transfers` repeated `rounds` times; the median round per size.
+
+  One round's points can be off by 20-30% on a shared machine; rounds are
+  independent sessions minutes apart, so their median is much steadier.
+  """
+  by_size: Dict[int, List[TransferPoint]] = {}
+  for _ in range(rounds):
+    for point in measure_transfers(cluster, sizes, src=src, dst=dst):
+      by_size.setdefault(point.nbytes, []).append(point)
+  result = []
+  for nbytes in sorted(by_size):
+    ranked = sorted(by_size[nbytes], key=lambda p: p.transfer_us)
+    result.append(ranked[(len(ranked) - 1) // 2])
+  return result
+
+
+def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
+              rounds: int = 3, compute: bool = False,
+              out_path: Optional[str] = None, log=print) -> dict:
+  """Measures links (and optionally speed), saves the topology, reports."""
+  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  if num_workers < 2:
+    raise errors.InputError("calibration needs at least 2 workers")
+  out_path = out_path or topology_lib.calibrated_path(num_workers)
+  if rounds < 1:
+    raise errors.InputError("rounds must be >= 1")
+  report = {"workers": num_workers, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "rounds": rounds, "load_before": os.getloadavg(),
+            "links": {}, "transfers": {}}
+  fits = {}
+  with workers.CpuWorkerCluster(num_workers) as cluster:
+    for src, dst in ((0, 1), (1, 0)):
+      points = median_transfers(cluster, sizes, src=src, dst=dst,
+                                rounds=rounds)
+      fit = fit_link([p.nbytes for p in points],
+                     [p.transfer_us for p in points])
+      fits[(src, dst)] = fit
+      key = f"{src}->{dst}"
+      report["transfers"][key] = [dataclasses.asdict(p) for p in points]
+      report["links"][key] = dataclasses.asdict(fit)
+      log(f"link {key}: latency {fit.latency_us:.1f} us, bandwidth "
+          f"{fit.bandwidth_gbps:.3f} GB/s ({fit.points} points)")
+    report["step_overhead"] = measure_step_overhead(cluster)
+    speed = 1.0
+    if compute:
+      report["compute"] = measure_speed(
+          cluster,
+          step_overhead_us=report["step_overhead"]["one_worker_us"])
+      speed = float(math.exp(np.mean(
+          [math.log(v["speed"]) for v in report["compute"].values()])))
+      log(f"device speed (roofline / measured, geometric mean): {speed:.3f}")
+  if num_workers > 2:
+    pooled = LinkFit(
+        latency_us=float(np.mean([f.latency_us for f in fits.values()])),
+        bandwidth_gbps=float(1.0 / np.mean(
+            [1.0 / f.bandwidth_gbps for f in fits.values()])),
+        points=sum(f.points for f in fits.values()))
+    fits = {(i, j): pooled for i in range(num_workers)
+            for j in range(num_workers) if i != j}
+  report["speed"] = speed
+  report["load_after"] = os.getloadavg()
+  topo = calibrated_topology(num_workers, fits, speed)
+  topology_lib.save(topo, out_path)
+  report["topology_path"] = out_path
+  log(f"saved {out_path}")
+  return report
+
+
+def main(argv) -> None:
+  del argv
+  try:
+    report = calibrate(_WORKERS.value, rounds=_ROUNDS.value,
+                       compute=_COMPUTE.value, out_path=_OUT.value)
+  except errors.InputError as e:
+    sys.exit(f"error: {e}")
+  if _JSON_OUT.value:
+    fileio.write_atomically(_JSON_OUT.value, json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+  # Flags live here, not at module level, so that benchmarks importing this
+  # module may define flags of the same names.
+  _WORKERS = flags.DEFINE_integer("workers", 2, "Worker processes (K).",
+                                  lower_bound=2)
+  _ROUNDS = flags.DEFINE_integer("rounds", 3, "Transfer measurement rounds "
+                                 "(median per size).", lower_bound=1)
+  _COMPUTE = flags.DEFINE_boolean("compute", False,
+                                  "Also calibrate the device speed factor.")
+  _OUT = flags.DEFINE_string("out", None, "Topology file to write (default: "
+                             "topology.calibrated_path(K)).")
+  _JSON_OUT = flags.DEFINE_string("json_out", None,
+                                  "Where to write the calibration report.")
+  app.run(main)

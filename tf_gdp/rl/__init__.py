@@ -1,0 +1,55 @@
+"""Reinforcement learning for placement: environment, PPO and the workflows.
+
+    task = rl.PlacementTask(graph, topology)
+    result = rl.pretrain(tasks, budget=rl.Budget(seconds=600), root_dir=d)
+    result = rl.finetune(d + "/policy", task, budget=rl.Budget(evaluations=2000))
+    shot = rl.zeroshot(d + "/policy", task, samples=16)
+
+Modules: `environment` (the one-step tf-agents bandit and its reward
+backends), `actor_network` (tf-agents actor and critic around the policy),
+`ppo` (the PPO agent), `train_lib` (the training loop, checkpoints,
+pretrain / finetune / zeroshot), `graph_sets` (training graph specs),
+`outputs` (placement files). Importing this package imports TensorFlow.
+"""
+
+from tf_gdp.rl.environment import BACKENDS
+from tf_gdp.rl.environment import INVALID_PENALTY
+from tf_gdp.rl.environment import Best
+from tf_gdp.rl.environment import Evaluation
+from tf_gdp.rl.environment import PlacementEnv
+from tf_gdp.rl.environment import PlacementTask
+from tf_gdp.rl.environment import Reference
+from tf_gdp.rl.environment import placement_reward
+from tf_gdp.rl.ppo import PpoConfig
+from tf_gdp.rl.train_lib import Budget
+from tf_gdp.rl.train_lib import TrainConfig
+from tf_gdp.rl.train_lib import Trainer
+from tf_gdp.rl.train_lib import TrainResult
+from tf_gdp.rl.train_lib import ZeroShotResult
+from tf_gdp.rl.train_lib import finetune
+from tf_gdp.rl.train_lib import load_policy
+from tf_gdp.rl.train_lib import pretrain
+from tf_gdp.rl.train_lib import save_policy
+from tf_gdp.rl.train_lib import zeroshot
+
+__all__ = [
+    "BACKENDS",
+    "Best",
+    "Budget",
+    "Evaluation",
+    "INVALID_PENALTY",
+    "PlacementEnv",
+    "PlacementTask",
+    "PpoConfig",
+    "Reference",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "ZeroShotResult",
+    "finetune",
+    "load_policy",
+    "placement_reward",
+    "pretrain",
+    "save_policy",
+    "zeroshot",
+]

@@ -1,0 +1,562 @@
+"""The placement environment: a one-step tf-agents bandit over op graphs.
+
+An episode is one decision, as in circuit_training's placement environment
+turned into a bandit: `reset` picks a (graph, topology) task from the set
+and shows it as the padded observation of `tf_gdp.policy.features`; the
+action places every colocation group at once (int32[G_max], one device index
+per group, padding ignored); `step` prices the placement and ends the episode.
+
+Reward. Step times are normalized by a reference placement of the same
+task, so that graphs whose steps take microseconds and graphs whose steps
+take seconds train together:
+
+    reward = log(reference_us / step_time_us)          (valid placements)
+    reward = min(0, log(reference_us / step_time_us)) - INVALID_PENALTY
+                                                       (invalid ones)
+
+0 means "as fast as the reference", +0.69 twice as fast. The reference is
+the faster (valid) of `single_device` and `human_expert` (when the graph has
+expert rules) from `tf_gdp.baselines`; when no single device holds the graph
+it is the communication-free lower bound. An invalid placement (out of
+memory; hard constraints cannot break, the policy masks them and groups are
+placed whole) scores below the reference by INVALID_PENALTY, and never above
+it, so running out of memory never pays.
+
+Backends price a placement:
+  * `simulate` (default): `tf_gdp.cost.simulator.simulate_batch`.
+  * `measure`: the TF runtime (`tf_gdp.cost.measure.measure`) on a target:
+    "local", "cpu-workers:K" (a worker cluster started once and kept for the
+    environment's life) or "grpc://host:port". Needs the task's
+    `ExtractedGraph`. The reference is measured too.
+  * `mix`: simulate every placement, then measure the batch's `measure_top_k`
+    fastest valid ones whose simulated time is within `mix_slack` of the
+    best simulated time so far; measured rows are rewarded by their measured
+    ratio to the measured reference, the rest by the simulated ratio, and the
+    best placement is judged by measurement.
+Measurements are cached per placement (PPO resamples converged placements).
+
+`evaluate(task_index, group_devices[B, G])` prices a whole batch of
+placements for one task (the trainer samples B placements per policy
+forward pass); `step` is the same with B = 1. The environment keeps the best
+valid placement seen per task (`best`).
+"""
+
+import dataclasses
+import hashlib
+import logging
+import math
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.environments import py_environment
+from tf_agents.specs import array_spec
+from tf_agents.trajectories import time_step as ts
+
+from tf_gdp import errors
+from tf_gdp.cost import lower_bound as lower_bound_lib
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import op_graph
+from tf_gdp.policy import features
+
+
+def _rebind_keras_2() -> None:
+  """Points tf.keras back at the Keras 2 API module after tf-agents' import.
+
+  tf-agents runs `from tensorflow.keras import layers`, which loads the Keras
+  2 API (tf_keras) a second time under the name "tensorflow.keras" and binds
+  tf.keras to that copy. The classes are the same, but
+  `grappler_bridge.tf_env` checks the module's *name* and then refuses every
+  later import of the zoo or the bridge ("tf.keras bound to tensorflow.keras
+  (Keras 3)").
+  """
+  original = sys.modules.get("tf_keras.api._v2.keras")
+  if original is not None and getattr(tf.keras, "__name__", "") != (
+      original.__name__) and getattr(tf.keras, "__file__", None) == getattr(
+          original, "__file__", ""):
+    tf.keras = original
+
+
+_rebind_keras_2()
+INVALID_PENALTY = 3.0
+BACKENDS = ("simulate", "measure", "mix")
+REFERENCE_METHODS = ("single_device", "human_expert")
+# Extra observation entry: rows of a batch with the same id show the same
+# task, so the actor network encodes each distinct graph once per batch.
+GRAPH_ID = "graph_id"
+
+
+@dataclasses.dataclass
+class PlacementTask:
+  """One thing to place: an op graph on a topology.
+
+  Attributes:
+    graph: the op graph.
+    topology: the devices.
+    extracted: the graph's `ExtractedGraph` (needed by the measure backends).
+    name: label for logs, summaries and output files (default
+      "<graph>@<topology>").
+  """
+  graph: op_graph.OpGraph
+  topology: topology_lib.Topology
+  extracted: Optional[Any] = None
+  name: Optional[str] = None
+
+  def __post_init__(self):
+    if not self.name:
+      self.name = f"{self.graph.name}@{self.topology.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+  """The placement rewards are normalized by.
+
+  Attributes:
+    method: "single_device", "human_expert" or "lower_bound".
+    step_time_us: its simulated step time (the lower bound itself for
+      "lower_bound").
+    placement: int32[num_nodes], or None for the lower bound.
+  """
+  method: str
+  step_time_us: float
+  placement: Optional[np.ndarray]
+
+
+@dataclasses.dataclass
+class Best:
+  """The best valid placement seen for one task.
+
+  Attributes:
+    group_devices: int32[num_groups] device per colocation group (the
+      policy's action, unpadded).
+    placement: int32[num_nodes] device per op (original node ids).
+    step_time_us: its step time, by `source`.
+    source: "simulate" or "measure".
+    evaluation: the environment's evaluation count when it was found.
+  """
+  group_devices: np.ndarray
+  placement: np.ndarray
+  step_time_us: float
+  source: str
+  evaluation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """What `evaluate` found for a batch of B placements of one task.
+
+  Attributes:
+    reward: float32[B].
+    step_time_us: float64[B] as judged (measured where measured).
+    simulated_us: float64[B] simulated step time (NaN under `measure`).
+    measured: bool[B] whether the row was measured.
+    valid: bool[B].
+    placements: int32[B, num_nodes] device per op.
+  """
+  reward: np.ndarray
+  step_time_us: np.ndarray
+  simulated_us: np.ndarray
+  measured: np.ndarray
+  valid: np.ndarray
+  placements: np.ndarray
+
+
+def placement_reward(step_time_us, valid, reference_us: float) -> np.ndarray:
+  """float32 rewards of step times against the reference (module doc)."""
+  step = np.asarray(step_time_us, np.float64)
+  valid = np.asarray(valid, bool)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    ratio = np.log(reference_us / np.maximum(step, 1e-9))
+  ratio = np.where(np.isfinite(ratio), ratio, 0.0)
+  reward = np.where(valid & np.isfinite(step), ratio,
+                    np.minimum(ratio, 0.0) - INVALID_PENALTY)
+  return reward.astype(np.float32)
+
+
+def padding_for(tasks: Sequence[PlacementTask]) -> dict:
+  """The smallest padding that holds every task: max_nodes, ... max_devices."""
+  return {
+      "max_nodes": max(t.graph.num_nodes for t in tasks),
+      "max_edges": max(max(t.graph.num_edges for t in tasks), 1),
+      "max_groups": max(int(t.graph.group_ids.max()) + 1 for t in tasks),
+      "max_devices": max(t.topology.num_devices for t in tasks),
+  }
+
+
+class PlacementEnv(py_environment.PyEnvironment):
+  """One-step placement bandit over a set of tasks (see the module doc)."""
+
+  def __init__(self, tasks: Sequence[PlacementTask], *,
+               backend: str = "simulate",
+               measure_target: Optional[Any] = None,
+               measure_repeats: int = 3,
+               measure_warmup: int = 1,
+               measure_top_k: int = 1,
+               mix_slack: float = 1.05,
+               padding: Optional[dict] = None,
+               reference_methods: Sequence[str] = REFERENCE_METHODS,
+               seed: int = 0):
+    """Builds the environment; observations are built lazily per task.
+
+    Args:
+      tasks: the (graph, topology) pairs; `reset` draws one at random.
+      backend: "simulate", "measure" or "mix".
+      measure_target: "local", "cpu-workers:K", "grpc://..." or a started
+        `workers.CpuWorkerCluster` (measure and mix backends).
+      measure_repeats, measure_warmup: timed and warm-up steps per
+        measurement.
+      measure_top_k: mix backend: placements measured per batch at most.
+      mix_slack: mix backend: measure a placement only if its simulated time
+        is at most this factor times the best simulated time so far.
+      padding: max_nodes / max_edges / max_groups / max_devices (default:
+        the largest task's sizes).
+      reference_methods: baselines tried as the reward's reference.
+      seed: seeds the task draws of `reset`.
+
+    Raises:
+      InputError: no tasks, an unknown backend, a measure backend without a
+        target or a task without its ExtractedGraph, or padding too small.
+    """
+    super().__init__()
+    if not tasks:
+      raise errors.InputError("the environment needs at least one task")
+    if backend not in BACKENDS:
+      raise errors.InputError(
+          f"unknown reward backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend != "simulate":
+      if measure_target is None:
+        raise errors.InputError(f"backend {backend!r} needs a measure target")
+      missing = [t.name for t in tasks if t.extracted is None]
+      if missing:
+        raise errors.InputError(
+            f"backend {backend!r} measures real runs, but task {missing[0]!r} "
+            "has no TensorFlow graph (load it from a model or a graph file, "
+            "not from op-graph JSON)")
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+      raise errors.InputError(f"task names must be unique, got {names}")
+    self._tasks = list(tasks)
+    self._backend = backend
+    self._padding = dict(padding_for(self._tasks), **(padding or {}))
+    self._reference_methods = tuple(reference_methods)
+    self._rng = np.random.default_rng(seed)
+    self._inputs = [None] * len(self._tasks)
+    self._observations = [None] * len(self._tasks)
+    self._references = [None] * len(self._tasks)
+    self._measured_references = [None] * len(self._tasks)
+    self._best = [None] * len(self._tasks)
+    self._best_simulated = [math.inf] * len(self._tasks)
+    self._measure_cache = [{} for _ in self._tasks]
+    self._measure_target = measure_target
+    self._measure_repeats = int(measure_repeats)
+    self._measure_warmup = int(measure_warmup)
+    self._measure_top_k = int(measure_top_k)
+    self._mix_slack = float(mix_slack)
+    self._cluster = None
+    self._current = 0
+    self.evaluations = 0
+    self.measurements = 0
+    self.measure_seconds = 0.0
+    self._observation_spec = observation_spec(self._padding, len(self._tasks))
+    self._action_spec = array_spec.BoundedArraySpec(
+        (self._padding["max_groups"],), np.int32, minimum=0,
+        maximum=self._padding["max_devices"] - 1, name="group_devices")
+
+  # ---- specs and properties ------------------------------------------------
+
+  def observation_spec(self):
+    return self._observation_spec
+
+  def action_spec(self):
+    return self._action_spec
+
+  @property
+  def tasks(self) -> list:
+    return list(self._tasks)
+
+  @property
+  def num_tasks(self) -> int:
+    return len(self._tasks)
+
+  @property
+  def backend(self) -> str:
+    return self._backend
+
+  @property
+  def padding(self) -> dict:
+    return dict(self._padding)
+
+  @property
+  def current_task(self) -> int:
+    return self._current
+
+  # ---- per-task data -----------------------------------------------------
+
+  def inputs(self, index: int) -> features.PolicyInputs:
+    """The task's padded `PolicyInputs` (built once)."""
+    if self._inputs[index] is None:
+      task = self._tasks[index]
+      self._inputs[index] = features.policy_inputs(
+          task.graph, task.topology, **self._padding)
+    return self._inputs[index]
+
+  def observation(self, index: int) -> dict:
+    """The task's observation dict (numpy, unbatched; built once)."""
+    if self._observations[index] is None:
+      obs = features.as_tensors(self.inputs(index))
+      obs[GRAPH_ID] = np.asarray(index, np.int32)
+      self._observations[index] = obs
+    return self._observations[index]
+
+  def reference(self, index: int) -> Reference:
+    """The task's reward reference (computed once; see the module doc)."""
+    if self._references[index] is None:
+      self._references[index] = compute_reference(
+          self._tasks[index], self._reference_methods)
+    return self._references[index]
+
+  def reference_us(self, index: int, source: str = "simulate") -> float:
+    """Reference step time as simulated, or as measured (measured once)."""
+    if source == "simulate":
+      return self.reference(index).step_time_us
+    if self._measured_references[index] is None:
+      ref = self.reference(index)
+      if ref.placement is None:
+        raise errors.InputError(
+            f"task {self._tasks[index].name!r}: no single-device or expert "
+            "placement is valid, so there is no reference to measure")
+      measured = self._measure(index, ref.placement)
+      if not measured.valid:
+        raise errors.InputError(
+            f"task {self._tasks[index].name!r}: the reference placement "
+            f"({ref.method}) failed to run: {measured.reason}")
+      self._measured_references[index] = measured.step_time_us
+    return self._measured_references[index]
+
+  def measured_reference_us(self, index: int) -> Optional[float]:
+    """The reference's measured step time if it was measured, else None."""
+    return self._measured_references[index]
+
+  def best(self, index: int) -> Optional[Best]:
+    return self._best[index]
+
+  def set_best(self, index: int, best: Optional[Best]) -> None:
+    """Installs a best placement (restoring a checkpoint)."""
+    self._best[index] = best
+    if best is not None and best.source == "simulate":
+      self._best_simulated[index] = min(self._best_simulated[index],
+                                        best.step_time_us)
+
+  def task_index(self, name: str) -> int:
+    for i, task in enumerate(self._tasks):
+      if task.name == name:
+        return i
+    raise KeyError(name)
+
+  # ---- evaluation ----------------------------------------------------------
+
+  def evaluate(self, index: int, group_devices) -> Evaluation:
+    """Prices B placements of task `index` (int[B, G] device per group).
+
+    Updates the evaluation counters and the task's best placement.
+    """
+    inputs = self.inputs(index)
+    actions = np.asarray(group_devices)
+    if actions.ndim != 2:
+      raise errors.InputError(
+          f"group devices must be [batch, groups], got shape {actions.shape}")
+    batch = actions.shape[0]
+    real = actions[:, :inputs.num_groups].astype(np.int64)
+    in_range = np.all((real >= 0) & (real < inputs.num_devices), axis=1)
+    safe = np.where(in_range[:, None], real, 0)
+    placements = np.stack([features.group_to_node_placement(inputs, row)
+                           for row in safe]) if batch else np.zeros(
+                               (0, inputs.num_nodes), np.int32)
+    task = self._tasks[index]
+    simulated = np.full(batch, np.nan)
+    measured = np.zeros(batch, bool)
+    step = np.full(batch, np.nan)
+    valid = np.zeros(batch, bool)
+    reward = np.zeros(batch, np.float32)
+    if self._backend in ("simulate", "mix"):
+      result = simulator.simulate_batch(task.graph, placements, task.topology)
+      simulated = result.step_time_us.astype(np.float64)
+      valid = result.valid & in_range
+      step = simulated.copy()
+      reward = placement_reward(step, valid, self.reference_us(index))
+      self.evaluations += batch
+    if self._backend == "measure":
+      for b in range(batch):
+        m = self._measure(index, placements[b]) if in_range[b] else None
+        if m is not None:
+          measured[b] = True
+          valid[b] = m.valid
+          step[b] = m.step_time_us
+      reward = placement_reward(step, valid, self.reference_us(index, "measure"))
+      self.evaluations += batch
+    elif self._backend == "mix":
+      for b in self._mix_candidates(index, simulated, valid, placements):
+        m = self._measure(index, placements[b])
+        measured[b] = True
+        valid[b] = m.valid
+        step[b] = m.step_time_us
+        reward[b] = placement_reward(
+            step[b:b + 1], valid[b:b + 1],
+            self.reference_us(index, "measure"))[0]
+    self._update_best(index, real, placements, step, valid, measured, simulated)
+    return Evaluation(reward=reward, step_time_us=step, simulated_us=simulated,
+                      measured=measured, valid=valid, placements=placements)
+
+  def _mix_candidates(self, index, simulated, valid, placements) -> list:
+    """Rows to measure: fastest valid ones near the best simulated time."""
+    order = [int(b) for b in np.argsort(simulated) if valid[b]]
+    best_sim = min(self._best_simulated[index],
+                   float(simulated[order[0]]) if order else math.inf)
+    chosen, seen = [], set()
+    for b in order:
+      if len(chosen) >= self._measure_top_k:
+        break
+      if simulated[b] > self._mix_slack * best_sim:
+        break
+      key = _placement_key(placements[b])
+      if key in seen:
+        continue
+      seen.add(key)
+      chosen.append(b)
+    return chosen
+
+  def _update_best(self, index, real, placements, step, valid, measured,
+                   simulated) -> None:
+    judged_by_measure = self._backend != "simulate"
+    if self._backend == "simulate":
+      candidates = valid
+    else:
+      candidates = valid & measured
+      ok = valid & np.isfinite(simulated)
+      if ok.any():
+        self._best_simulated[index] = min(self._best_simulated[index],
+                                          float(simulated[ok].min()))
+    if not candidates.any():
+      return
+    b = int(np.flatnonzero(candidates)[np.argmin(step[candidates])])
+    current = self._best[index]
+    if current is None or step[b] < current.step_time_us:
+      self._best[index] = Best(
+          group_devices=real[b].astype(np.int32),
+          placement=placements[b].astype(np.int32),
+          step_time_us=float(step[b]),
+          source="measure" if judged_by_measure else "simulate",
+          evaluation=self.evaluations)
+
+  def _measure(self, index: int, placement: np.ndarray):
+    """Measures one placement (cached per task)."""
+    key = _placement_key(placement)
+    cache = self._measure_cache[index]
+    if key in cache:
+      return cache[key]
+    from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+    task = self._tasks[index]
+    started = time.perf_counter()
+    result = measure.measure(task.extracted, placement, self._target(),
+                             topology=task.topology,
+                             repeats=self._measure_repeats,
+                             warmup=self._measure_warmup)
+    self.measure_seconds += time.perf_counter() - started
+    self.measurements += 1
+    cache[key] = result
+    return result
+
+  def _target(self):
+    """The measure target; a cpu-workers:K string starts a cluster once."""
+    target = self._measure_target
+    if isinstance(target, str) and target.startswith(
+        topology_lib.CPU_WORKERS + ":"):
+      if self._cluster is None:
+        from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+        count = target.partition(":")[2]
+        if not count.isdigit() or int(count) < 1:
+          raise errors.InputError(f"{target!r}: use cpu-workers:K")
+        self._cluster = workers.CpuWorkerCluster(int(count))
+        self._cluster.start()
+      return self._cluster
+    return target
+
+  def close(self) -> None:
+    if self._cluster is not None:
+      self._cluster.stop()
+      self._cluster = None
+
+  # ---- tf-agents PyEnvironment ----------------------------------------------
+
+  def _reset(self):
+    self._current = int(self._rng.integers(len(self._tasks)))
+    return ts.restart(self.observation(self._current))
+
+  def _step(self, action):
+    evaluation = self.evaluate(self._current, np.asarray(action)[None, :])
+    return ts.termination(self.observation(self._current),
+                          np.float32(evaluation.reward[0]))
+
+  def get_state(self):
+    return {"current": self._current,
+            "rng": self._rng.bit_generator.state}
+
+  def set_state(self, state) -> None:
+    self._current = int(state["current"])
+    self._rng.bit_generator.state = state["rng"]
+
+
+def observation_spec(padding: dict, num_tasks: int) -> dict:
+  """ArraySpecs of the observation; integer entries are bounded.
+
+  The bounds matter: tf-agents builds networks by calling them on a sample
+  of the spec, and an unbounded int32 sample is no valid op-type id or node
+  index.
+  """
+  n, g, d = (padding["max_nodes"], padding["max_groups"],
+             padding["max_devices"])
+  bounds = {"op_type_ids": (0, features.OP_VOCAB - 1),
+            "edge_src": (0, n - 1), "edge_dst": (0, n - 1),
+            "group_ids": (0, g - 1), "num_nodes": (1, n),
+            "num_groups": (1, g), "num_devices": (1, d)}
+  specs = {}
+  for name, (shape, dtype) in features.observation_spec(**padding).items():
+    if name in bounds:
+      low, high = bounds[name]
+      specs[name] = array_spec.BoundedArraySpec(shape, dtype, low, high,
+                                                name=name)
+    else:
+      specs[name] = array_spec.ArraySpec(shape, dtype, name=name)
+  specs[GRAPH_ID] = array_spec.BoundedArraySpec(
+      (), np.int32, 0, max(num_tasks - 1, 0), name=GRAPH_ID)
+  return specs
+
+
+def compute_reference(task: PlacementTask,
+                      methods: Sequence[str] = REFERENCE_METHODS) -> Reference:
+  """The faster valid placement of `methods`, else the lower bound."""
+  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+  best = None
+  for method in methods:
+    try:
+      result = baselines.run(method, task.graph, task.topology)
+    except errors.InputError as e:
+      logging.debug("reference %s unavailable for %s: %s", method, task.name,
+                   str(e).splitlines()[0] if str(e) else e)
+      continue
+    outcome = simulator.simulate(task.graph, result.placement, task.topology)
+    step = outcome.step_time_us
+    if outcome.valid and (best is None or step < best.step_time_us):
+      best = Reference(method, step, np.asarray(result.placement, np.int32))
+  if best is not None:
+    return best
+  bound = lower_bound_lib.lower_bound(task.graph, task.topology)
+  return Reference("lower_bound", max(float(bound), 1e-3), None)
+
+
+def _placement_key(placement: np.ndarray) -> bytes:
+  return hashlib.blake2b(np.ascontiguousarray(placement, np.int32).tobytes(),
+                         digest_size=16).digest()
