@@ -168,7 +168,7 @@ def format_table(rows: List[Row], devices: str) -> str:
   """One table for one topology."""
   measured = any(r.measured_us is not None or r.measured_reason for r in rows)
   header = (f"{'graph':<22}{'method':<15}{'step ms':>11}{'x single':>9}"
-            f"{'/expert':>8}{'/best':>7}{'/LB':>7}{'max mem GiB':>12}"
+            f"{'/expert':>8}{'/best':>7}{'/LB':>7}  {'peak GiB per device':<24}"
             f"{'search s':>10}" + (f"{'measured ms':>13}" if measured else "") +
             "  note")
   lines = [f"devices: {devices}", header, "-" * len(header)]
@@ -180,7 +180,7 @@ def format_table(rows: List[Row], devices: str) -> str:
             f"{_ms(r.step_time_us):>11}{ratio(r.speedup_vs_single):>9}"
             f"{ratio(r.ratio_to_expert):>8}{ratio(r.ratio_to_best_baseline):>7}"
             f"{ratio(r.ratio_to_lower_bound):>7}"
-            f"{(max(r.peak_memory_gib) if r.peak_memory_gib else math.nan):>12.2f}"
+            f"  {'/'.join(f'{g:.1f}' for g in r.peak_memory_gib) or '-':<24}"
             f"{r.search_seconds:>10.1f}")
     if measured:
       line += f"{_ms(r.measured_us) if r.measured_us else 'failed':>13}"
