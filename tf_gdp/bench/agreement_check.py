@@ -48,31 +48,6 @@ from tf_gdp import fileio
 from tf_gdp.cost import calibrate
 from tf_gdp.cost import topology as topology_lib
 
-_GRAPHS = flags.DEFINE_list(
-    "graphs", ["matmul_chains", "inception_block", "lstm"],
-    "Benchmark graphs to run.")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps per placement.",
-                                lower_bound=1)
-_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps per placement.",
-                               lower_bound=0)
-_ROUNDS = flags.DEFINE_integer(
-    "rounds", 3, "Sweeps over all placements; a placement's time is the "
-    "median of its sweeps' medians.", lower_bound=1)
-_AGGREGATE = flags.DEFINE_enum(
-    "aggregate", "median", ["median", "min"],
-    "How a placement's sweeps combine: their median, or the least disturbed "
-    "(min) one; the JSON has the summary of the other too.")
-_RANDOM = flags.DEFINE_integer("random_placements", 6,
-                               "Random group-respecting placements per graph.",
-                               lower_bound=0)
-_PROFILED = flags.DEFINE_boolean(
-    "profiled", True, "Also predict with per-op costs profiled on a worker.")
-_COMPARE_REWRITES = flags.DEFINE_boolean(
-    "compare_rewrites", True, "Also time the single-worker placement with "
-    "Grappler's rewrites on, once per graph.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the random placements.")
-_JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
-
 _DEVICES = "cpu-workers:2"
 # Split points of the topological order, as fractions of the total cost.
 _CUT_FRACTIONS = (0.15, 0.3, 0.45, 0.6, 0.75, 0.9)
@@ -446,8 +421,8 @@ def run(graph_names, *, repeats: int, warmup: int, rounds: int,
     for name in graph_names:
       graphs.append(run_graph(
           name, cluster, topo, repeats=repeats, warmup=warmup,
-          rounds=rounds, aggregate=aggregate, num_random=num_random, profiled=profiled,
-          compare_rewrites=compare_rewrites, seed=seed,
+          rounds=rounds, aggregate=aggregate, num_random=num_random,
+          profiled=profiled, compare_rewrites=compare_rewrites, seed=seed,
           step_overhead=step_overhead))
   overall, overall_other = {}, {}
   other = "min" if aggregate == "median" else "median"
@@ -529,4 +504,30 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags live here, not at module level, so that other code (tests, the CLI,
+  # another benchmark) can import this module's functions.
+  _GRAPHS = flags.DEFINE_list(
+      "graphs", ["matmul_chains", "inception_block", "lstm"],
+      "Benchmark graphs to run.")
+  _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps per placement.",
+                                  lower_bound=1)
+  _WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps per placement.",
+                                 lower_bound=0)
+  _ROUNDS = flags.DEFINE_integer(
+      "rounds", 3, "Sweeps over all placements; a placement's time is the "
+      "median of its sweeps' medians.", lower_bound=1)
+  _AGGREGATE = flags.DEFINE_enum(
+      "aggregate", "median", ["median", "min"],
+      "How a placement's sweeps combine: their median, or the least disturbed "
+      "(min) one; the JSON has the summary of the other too.")
+  _RANDOM = flags.DEFINE_integer(
+      "random_placements", 6, "Random group-respecting placements per graph.",
+      lower_bound=0)
+  _PROFILED = flags.DEFINE_boolean(
+      "profiled", True, "Also predict with per-op costs profiled on a worker.")
+  _COMPARE_REWRITES = flags.DEFINE_boolean(
+      "compare_rewrites", True, "Also time the single-worker placement with "
+      "Grappler's rewrites on and off, once per sweep.")
+  _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random placements.")
+  _JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
   app.run(main)

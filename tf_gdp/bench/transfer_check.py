@@ -25,14 +25,6 @@ from tf_gdp import fileio
 from tf_gdp.cost import calibrate
 from tf_gdp.cost import topology as topology_lib
 
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "Independent measurement rounds "
-                               "(median per size).", lower_bound=1)
-_TOLERANCE = flags.DEFINE_float("tolerance", 0.25,
-                                "Allowed relative error from --from_bytes up.")
-_FROM_BYTES = flags.DEFINE_integer("from_bytes", 1 << 20,
-                                   "Smallest size the tolerance applies to.")
-_JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
-
 _DEVICES = "cpu-workers:2"
 
 
@@ -119,4 +111,13 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags live here, not at module level, so that other code (tests, the CLI,
+  # another benchmark) can import this module's functions.
+  _ROUNDS = flags.DEFINE_integer("rounds", 3, "Independent measurement rounds "
+                                 "(median per size).", lower_bound=1)
+  _TOLERANCE = flags.DEFINE_float(
+      "tolerance", 0.25, "Allowed relative error from --from_bytes up.")
+  _FROM_BYTES = flags.DEFINE_integer("from_bytes", 1 << 20,
+                                     "Smallest size the tolerance applies to.")
+  _JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
   app.run(main)
