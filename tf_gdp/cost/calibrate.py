@@ -8,9 +8,10 @@ saves a topology file (`topology.calibrated_path(K)`), which
 * links: the time to send a float32 tensor of 1 KB .. 64 MB from worker
   `src` to worker `dst` in the middle of a step, from step times of a
   ping-pong graph minus the same graph run all on `src` (see
-  `measure_transfers`). A least-squares fit
-  of `latency + bytes / bandwidth`, weighted by relative error (small and
-  large transfers count alike), gives the link's latency and bandwidth. On
+  `measure_transfers`); `--rounds` fresh clusters, median round per size.
+  A least-squares fit of `latency + bytes / bandwidth`, weighted by relative
+  error (small and large transfers count alike), gives the link's latency
+  and bandwidth. On
   K=2 both directions are measured; with more workers the 0->1 and 1->0
   figures (loopback is the same for every pair) are averaged for all pairs.
 * compute (optional, `--compute`): the roofline (`local_cpu_core`) prices
@@ -347,17 +348,18 @@ def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
                              hardware={"CPU": "local_cpu_core"})
 
 
-def median_transfers(cluster, sizes: Sequence[int] = DEFAULT_SIZES, *,
-                     src: int, dst: int, rounds: int = 1
-                    ) -> List[TransferPoint]:
-  """`measure_transfers` repeated `rounds` times; the median round per size.
+def median_points(rounds: Sequence[Sequence[TransferPoint]]
+                 ) -> List[TransferPoint]:
+  """Per size, the point of the median round (by transfer time).
 
-  One round's points can be off by 20-30% on a shared machine; rounds are
-  independent sessions minutes apart, so their median is much steadier.
+  One round's points can be off by 20-40% on this shared machine, and not
+  only from load: large transfers in one cluster instance ran ~1.8x faster
+  than in the next. Rounds in fresh clusters, and their median, are much
+  steadier.
   """
   by_size: Dict[int, List[TransferPoint]] = {}
-  for _ in range(rounds):
-    for point in measure_transfers(cluster, sizes, src=src, dst=dst):
+  for points in rounds:
+    for point in points:
       by_size.setdefault(point.nbytes, []).append(point)
   result = []
   for nbytes in sorted(by_size):
@@ -378,29 +380,40 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
     raise errors.InputError("rounds must be >= 1")
   report = {"workers": num_workers, "date": time.strftime("%Y-%m-%d %H:%M"),
             "rounds": rounds, "load_before": os.getloadavg(),
-            "links": {}, "transfers": {}}
+            "links": {}, "transfers": {}, "transfer_rounds_us": {}}
   fits = {}
-  with workers.CpuWorkerCluster(num_workers) as cluster:
-    for src, dst in ((0, 1), (1, 0)):
-      points = median_transfers(cluster, sizes, src=src, dst=dst,
-                                rounds=rounds)
-      fit = fit_link([p.nbytes for p in points],
-                     [p.transfer_us for p in points])
-      fits[(src, dst)] = fit
-      key = f"{src}->{dst}"
-      report["transfers"][key] = [dataclasses.asdict(p) for p in points]
-      report["links"][key] = dataclasses.asdict(fit)
-      log(f"link {key}: latency {fit.latency_us:.1f} us, bandwidth "
-          f"{fit.bandwidth_gbps:.3f} GB/s ({fit.points} points)")
-    report["step_overhead"] = measure_step_overhead(cluster)
-    speed = 1.0
-    if compute:
-      report["compute"] = measure_speed(
-          cluster,
-          step_overhead_us=report["step_overhead"]["one_worker_us"])
-      speed = float(math.exp(np.mean(
-          [math.log(v["speed"]) for v in report["compute"].values()])))
-      log(f"device speed (roofline / measured, geometric mean): {speed:.3f}")
+  directions = ((0, 1), (1, 0))
+  rounds_by_direction = {direction: [] for direction in directions}
+  speed = 1.0
+  for round_index in range(rounds):
+    # A fresh cluster per round: the instance itself is a source of variance.
+    with workers.CpuWorkerCluster(num_workers) as cluster:
+      for src, dst in directions:
+        rounds_by_direction[(src, dst)].append(
+            measure_transfers(cluster, sizes, src=src, dst=dst))
+      if round_index < rounds - 1:
+        continue
+      report["step_overhead"] = measure_step_overhead(cluster)
+      if compute:
+        report["compute"] = measure_speed(
+            cluster,
+            step_overhead_us=report["step_overhead"]["one_worker_us"])
+        speed = float(math.exp(np.mean(
+            [math.log(v["speed"]) for v in report["compute"].values()])))
+        log(f"device speed (roofline / measured, geometric mean): "
+            f"{speed:.3f}")
+  for (src, dst), measured in rounds_by_direction.items():
+    points = median_points(measured)
+    fit = fit_link([p.nbytes for p in points],
+                   [p.transfer_us for p in points])
+    fits[(src, dst)] = fit
+    key = f"{src}->{dst}"
+    report["transfers"][key] = [dataclasses.asdict(p) for p in points]
+    report["transfer_rounds_us"][key] = [
+        [p.transfer_us for p in one_round] for one_round in measured]
+    report["links"][key] = dataclasses.asdict(fit)
+    log(f"link {key}: latency {fit.latency_us:.1f} us, bandwidth "
+        f"{fit.bandwidth_gbps:.3f} GB/s ({fit.points} points)")
   if num_workers > 2:
     pooled = LinkFit(
         latency_us=float(np.mean([f.latency_us for f in fits.values()])),
