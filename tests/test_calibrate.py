@@ -86,3 +86,15 @@ def test_calibrated_topology_fills_unmeasured_pairs(tmp_path, monkeypatch):
   assert topo.latency_us[2, 2] == 0.0
   with pytest.raises(errors.InputError):
     calibrate.calibrated_topology(2, {})
+
+
+def test_median_points_takes_the_median_round_per_size():
+  def point(nbytes, us):
+    return calibrate.TransferPoint(nbytes, us + 1000.0, 1000.0, us)
+
+  rounds = [[point(1024, 100.0), point(2048, 900.0)],
+            [point(1024, 300.0), point(2048, 200.0)],
+            [point(1024, 200.0), point(2048, 250.0)]]
+  merged = calibrate.median_points(rounds)
+  assert [p.nbytes for p in merged] == [1024, 2048]
+  assert [p.transfer_us for p in merged] == [200.0, 250.0]
