@@ -88,6 +88,26 @@ def test_calibrated_topology_fills_unmeasured_pairs(tmp_path, monkeypatch):
     calibrate.calibrated_topology(2, {})
 
 
+def test_calibrated_topology_carries_the_measured_link_table():
+  def points(times):
+    return [calibrate.TransferPoint(n, t + 1000.0, 1000.0, t)
+            for n, t in zip((1024, 1 << 20, 4 << 20), times)]
+
+  fits = {(0, 1): calibrate.LinkFit(250.0, 1.6, 3),
+          (1, 0): calibrate.LinkFit(200.0, 1.6, 3)}
+  tables = {(0, 1): points([220.0, 700.0, 3100.0]),
+            (1, 0): points([230.0, 220.0, 3000.0])}  # a noisy dip at 1 MB
+  topo = calibrate.calibrated_topology(2, fits, tables=tables)
+  assert topo.transfer_us(0, 1, 1 << 20) == pytest.approx(700.0)
+  assert topo.transfer_us(1, 0, 1 << 20) == pytest.approx(230.0)  # held
+  assert topo.latency_us[0, 1] == pytest.approx(220.0)  # not above the table
+  assert topo.latency_us[1, 0] == pytest.approx(200.0)
+  # Beyond the last point each byte costs 1 / bandwidth.
+  assert topo.transfer_us(0, 1, (4 << 20) + 1.6e6) == pytest.approx(4100.0)
+  three = calibrate.calibrated_topology(3, fits, tables=tables)
+  assert three.transfer_us(2, 0, 1 << 20) == pytest.approx(465.0)
+
+
 def test_median_points_takes_the_median_round_per_size():
   def point(nbytes, us):
     return calibrate.TransferPoint(nbytes, us + 1000.0, 1000.0, us)

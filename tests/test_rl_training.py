@@ -82,9 +82,11 @@ def trained(request, tmp_path_factory):
   # Learned = the policy's own greedy placement is optimal twice in a row.
   # (Seeds 1-3 took 5-27 iterations for either placer; TF thread scheduling
   # makes runs differ a little, hence the generous cap.)
+  # Sampling must have concentrated too (mean reward up from random's).
   while len(history) < 120 and not (
       len(history) >= 2 and
-      max(h["greedy_ratio"] for h in history[-2:]) <= 0.5 + 1e-6):
+      max(h["greedy_ratio"] for h in history[-2:]) <= 0.5 + 1e-6 and
+      history[-1]["reward_mean"] > first["reward_mean"] + 0.2):
     history.append(trainer.run_iteration())
   trainer.save()
   return placer, trainer, history

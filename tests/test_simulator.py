@@ -94,6 +94,20 @@ def test_transfer_over_a_slow_link_costs_latency_plus_bytes_over_bandwidth():
   assert result.step_time_us == 7.0 + wire + 1.0
 
 
+def test_a_measured_link_table_prices_transfers_piecewise():
+  # 1 KB in 100 us, 3 KB in 150 us, then 1 GB/s; below 1 KB from the latency.
+  devices = _topo().devices
+  topo = topology.custom("table", devices, np.full((2, 2), 1.0),
+                         np.full((2, 2), 20.0), table_bytes=[1000, 3000],
+                         table_us=np.full((2, 2, 2), [100.0, 150.0]))
+  for nbytes, want in ((500, 60.0), (2000, 125.0), (3000, 150.0),
+                       (5000, 152.0)):
+    assert topo.transfer_us(0, 1, nbytes) == pytest.approx(want)
+    graph = _graph([10, 10], [(0, 1, nbytes)])
+    got = simulator.simulate(graph, [0, 1], topo).step_time_us
+    assert got == pytest.approx(10 + want + 10)
+
+
 def test_one_tensor_with_three_consumers_on_another_device_moves_once():
   graph = _graph([1.0, 1.0, 1.0, 1.0],
                  [(0, 1, 5000), (0, 2, 5000), (0, 3, 5000)],
@@ -321,9 +335,15 @@ def random_topology(rng, d):
                              int(rng.integers(1, 20)) * 1000,
                              float(rng.choice([0.5, 1.0, 2.0])))
              for i, k in enumerate(kinds)]
+  latency = rng.choice([0.0, 1.0, 2.5], (d, d))
+  table_bytes = table_us = None
+  if rng.random() < 0.5:  # a measured link table: piecewise-linear links
+    table_bytes = np.array([500.0, 2000.0, 3500.0])
+    table_us = latency[..., None] + np.cumsum(
+        rng.choice([0.0, 0.5, 3.0], (d, d, 3)), axis=-1)
   return topology.custom(
-      "random", devices, rng.choice([0.5, 1.0, 2.0], (d, d)),
-      rng.choice([0.0, 1.0, 2.5], (d, d)))
+      "random", devices, rng.choice([0.5, 1.0, 2.0], (d, d)), latency,
+      table_bytes=table_bytes, table_us=table_us)
 
 
 @hypothesis.settings(max_examples=300, deadline=None)

@@ -78,6 +78,29 @@ def test_bad_topology_files(tmp_path, changes, message):
     topology.get(str(path))
 
 
+def test_link_table_round_trips_and_bad_tables_are_refused(tmp_path):
+  table = {"table_bytes": [1024, 4096], "table_us": [[[0, 0], [9, 12]],
+                                                     [[9, 12], [0, 0]]]}
+  links = {"bandwidth_gbps": [[0, 1], [1, 0]], "latency_us": [[0, 5], [5, 0]]}
+  path = tmp_path / "table.json"
+  path.write_text(json.dumps(_document(links={**links, **table})))
+  topo = topology.get(str(path))
+  assert topo.transfer_us(0, 1, 4096) == 12.0
+  assert topology.to_document(topo)["links"]["table_bytes"] == [1024, 4096]
+  for bad, message in (
+      ({"table_bytes": [1024]}, "both table_bytes and table_us"),
+      ({"table_bytes": [4096, 1024]}, "strictly increasing"),
+      ({"table_us": [[[0, 0], [12, 9]], [[9, 12], [0, 0]]]}, "non-decreasing"),
+      ({"table_us": [[[0, 0], [1, 12]], [[9, 12], [0, 0]]]}, "link latency"),
+      ({"table_us": [[0, 0], [9, 12]]}, "2x2x2")):
+    changed = {**links, **table, **bad}
+    if bad == {"table_bytes": [1024]}:
+      del changed["table_us"]
+    path.write_text(json.dumps(_document(links=changed)))
+    with pytest.raises(errors.InputError, match=message):
+      topology.get(str(path))
+
+
 def test_unknown_preset():
   with pytest.raises(errors.InputError, match="unknown devices 'tpu9000'"):
     topology.get("tpu9000")

@@ -33,6 +33,7 @@ Example:
   python -m tf_gdp.bench.agreement_check --json_out=/tmp/agreement.json
 """
 
+import dataclasses
 import json
 import os
 import platform
@@ -323,10 +324,9 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
     document = costs.op_graph_document(
         extracted, presets.kind_hardware(_DEVICES), name=name,
         profile=profile, profile_kind="CPU")
-    unit_speed = topology_lib.custom(
-        topo.name, [topology_lib.Device(d.name, d.kind, d.memory_bytes, 1.0)
-                    for d in topo.devices],
-        topo.bandwidth_gbps, topo.latency_us, topo.hardware)
+    unit_speed = dataclasses.replace(
+        topo, devices=tuple(dataclasses.replace(d, speed=1.0)
+                            for d in topo.devices))
     variants["profiled"] = (json_io.from_document(document), unit_speed)
     profile_coverage = document["metadata"]["profile"]
   candidates = placements(roofline_graph, topo.num_devices,

@@ -323,11 +323,16 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
 
 
 def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
-                        speed: float = 1.0) -> topology_lib.Topology:
+                        speed: float = 1.0,
+                        tables: Optional[Dict[tuple, Sequence[TransferPoint]]]
+                        = None) -> topology_lib.Topology:
   """cpu-workers:K with measured links ((src, dst) -> fit) and speed.
 
   Pairs not measured get the mean latency and the harmonic-mean bandwidth
-  (i.e. mean time per byte) of the measured ones.
+  (i.e. mean time per byte) of the measured ones. With `tables` (the
+  measured median points per link, same sizes on every link), the topology
+  also carries them as its link table (see `topology`), monotone
+  non-decreasing in size; unmeasured pairs get the mean table.
   """
   if not links:
     raise errors.InputError("calibrated_topology needs at least one link fit")
@@ -341,11 +346,43 @@ def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
     bandwidth[src, dst] = fit.bandwidth_gbps
     latency[src, dst] = fit.latency_us
   np.fill_diagonal(latency, 0.0)
+  table_bytes = table_us = None
+  if tables:
+    table_bytes, table_us = _link_tables(num_workers, tables)
+    # The table starts at its first point: no link's latency may exceed it.
+    latency = np.minimum(latency, table_us[..., 0])
   devices = [topology_lib.Device(dev.name, dev.kind, dev.memory_bytes,
                                  float(speed)) for dev in base.devices]
   return topology_lib.custom(f"{topology_lib.CPU_WORKERS}:{num_workers}",
                              devices, bandwidth, latency,
-                             hardware={"CPU": "local_cpu_core"})
+                             hardware={"CPU": "local_cpu_core"},
+                             table_bytes=table_bytes, table_us=table_us)
+
+
+def _link_tables(num_workers: int,
+                 tables: Dict[tuple, Sequence[TransferPoint]]):
+  """(bytes[k], us[K, K, k]) from measured points; noise made monotone."""
+  sizes = None
+  rows = {}
+  for link, points in tables.items():
+    points = sorted(points, key=lambda p: p.nbytes)
+    link_sizes = [p.nbytes for p in points]
+    if sizes is None:
+      sizes = link_sizes
+    elif link_sizes != sizes:
+      raise errors.InputError("every link table must use the same sizes")
+    # A smaller tensor never takes longer: a dip is noise, so hold the max.
+    rows[link] = np.maximum.accumulate(
+        np.maximum([p.transfer_us for p in points], 0.0))
+  if not sizes:
+    raise errors.InputError("link tables need at least one point")
+  mean_row = np.mean(list(rows.values()), axis=0)
+  table = np.tile(mean_row, (num_workers, num_workers, 1))
+  for (src, dst), row in rows.items():
+    table[src, dst] = row
+  for i in range(num_workers):
+    table[i, i] = 0.0
+  return np.asarray(sizes, np.float64), table
 
 
 def median_points(rounds: Sequence[Sequence[TransferPoint]]
@@ -382,6 +419,7 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
             "rounds": rounds, "load_before": os.getloadavg(),
             "links": {}, "transfers": {}, "transfer_rounds_us": {}}
   fits = {}
+  tables = {}
   directions = ((0, 1), (1, 0))
   rounds_by_direction = {direction: [] for direction in directions}
   speed = 1.0
@@ -407,6 +445,7 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
     fit = fit_link([p.nbytes for p in points],
                    [p.transfer_us for p in points])
     fits[(src, dst)] = fit
+    tables[(src, dst)] = points
     key = f"{src}->{dst}"
     report["transfers"][key] = [dataclasses.asdict(p) for p in points]
     report["transfer_rounds_us"][key] = [
@@ -424,7 +463,7 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
             for j in range(num_workers) if i != j}
   report["speed"] = speed
   report["load_after"] = os.getloadavg()
-  topo = calibrated_topology(num_workers, fits, speed)
+  topo = calibrated_topology(num_workers, fits, speed, tables)
   topology_lib.save(topo, out_path)
   report["topology_path"] = out_path
   log(f"saved {out_path}")

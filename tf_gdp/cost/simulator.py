@@ -20,7 +20,9 @@ The model, in the spirit of TensorFlow's executor:
 * A tensor (producer, output slot) needed on another device is sent once per
   destination device, however many ops there consume it. A transfer occupies
   the directed link (src device -> dst device) for
-  `latency_us + bytes / (bandwidth_gbps * 1e3)` microseconds; a link carries
+  `latency_us + bytes / (bandwidth_gbps * 1e3)` microseconds, or the
+  topology's measured link table when it has one (`Topology.transfer_us`);
+  a link carries
   one transfer at a time, in the order the transfers became ready (the
   producer's end time; ties by producer rank, then output slot, then by the
   first consumer edge). A tensor's size on a link and on the receiver is the
@@ -223,6 +225,8 @@ class DeviceTables:
     duration_us: float[n, d] op time on each device.
     latency_us: float[d, d] link latency.
     bytes_per_us: float[d, d] link bandwidth in bytes per microsecond.
+    table_bytes: float[k] sizes of the measured link table (k = 0: none).
+    table_us: float[d, d, k] measured link times at those sizes.
     kind_ok: bool[n, d] the op may run on the device's kind.
     pin_ok: bool[n, d] the device matches the op's pinned device (if any).
     capacity_bytes: int[d] device memory.
@@ -230,6 +234,8 @@ class DeviceTables:
   duration_us: np.ndarray
   latency_us: np.ndarray
   bytes_per_us: np.ndarray
+  table_bytes: np.ndarray
+  table_us: np.ndarray
   kind_ok: np.ndarray
   pin_ok: np.ndarray
   capacity_bytes: np.ndarray
@@ -339,10 +345,16 @@ def _build_tables(graph: op_graph.OpGraph,
     pin_ok[rows] = row
   bandwidth = topology.bandwidth_gbps.astype(np.float64) * 1e3
   np.fill_diagonal(bandwidth, 1.0)  # never used; keeps the table finite
+  if topology.table_bytes is None:
+    table_bytes, table_us = np.zeros(0), np.zeros((d, d, 0))
+  else:
+    table_bytes, table_us = topology.table_bytes, topology.table_us
   return DeviceTables(
       duration_us=np.ascontiguousarray(duration),
       latency_us=np.ascontiguousarray(topology.latency_us, np.float64),
-      bytes_per_us=bandwidth, kind_ok=kind_ok, pin_ok=pin_ok,
+      bytes_per_us=bandwidth,
+      table_bytes=np.ascontiguousarray(table_bytes, np.float64),
+      table_us=np.ascontiguousarray(table_us, np.float64), kind_ok=kind_ok, pin_ok=pin_ok,
       capacity_bytes=topology.memory_bytes)
 
 
@@ -414,8 +426,7 @@ def simulate(graph: op_graph.OpGraph, placement,
   tables = device_tables(graph, topology)
   placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
   out = _simulate_core(placement, topology.num_devices, *_plan_args(plan),
-                       tables.duration_us, tables.latency_us,
-                       tables.bytes_per_us)
+                       *_link_args(tables))
   (step, busy, peak, moved, count, op_start, op_end,
    x_tensor, x_src, x_dst, x_start, x_end) = out
   problems = constraint_problems(graph, placement, topology)
@@ -457,8 +468,7 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
     # A Python loop costs ~10 us per row against milliseconds of core time,
     # and spares compiling a second (batched) copy of the core.
     step[b], busy[b], peak[b], moved[b], count[b] = _simulate_core(
-        placements[b], d, *args, tables.duration_us, tables.latency_us,
-        tables.bytes_per_us)[:5]
+        placements[b], d, *args, *_link_args(tables))[:5]
   fits = np.all(peak <= tables.capacity_bytes[None, :], axis=1)
   satisfied = constraints_hold(plan, tables, placements)
   return BatchSimResult(
@@ -484,6 +494,11 @@ def _check_placement(placement, n: int, d: int, ndim: int = 1) -> np.ndarray:
     raise errors.InputError(
         f"placement names device {bad}; the topology has {d} devices")
   return array
+
+
+def _link_args(tables: DeviceTables) -> tuple:
+  return (tables.duration_us, tables.latency_us, tables.bytes_per_us,
+          tables.table_bytes, tables.table_us)
 
 
 def _plan_args(plan: SimulatorPlan) -> tuple:
@@ -643,11 +658,31 @@ def _rank_pop(heap, base, size):
 
 
 @_jit
+def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
+  """Transfer time on link s -> t; mirrors `Topology.transfer_us`."""
+  k = table_bytes.shape[0]
+  if k == 0:
+    return latency[s, t] + size / bytes_per_us[s, t]
+  if size >= table_bytes[k - 1]:
+    return table_us[s, t, k - 1] + (size - table_bytes[k - 1]) / bytes_per_us[s, t]
+  low_bytes = 0.0
+  low_us = latency[s, t]
+  for i in range(k):
+    if size <= table_bytes[i]:
+      return low_us + (table_us[s, t, i] - low_us) * (
+          (size - low_bytes) / (table_bytes[i] - low_bytes))
+    low_bytes = table_bytes[i]
+    low_us = table_us[s, t, i]
+  return low_us
+
+
+@_jit
 def _simulate_core(placement, d, rank, order, in_ptr, in_edges, out_ptr,
                    out_edges, edge_src, edge_dst, edge_tensor, tensor_src,
                    tensor_bytes, tensor_edge_ptr, tensor_edges,
                    node_tensor_ptr, output_bytes, temp_bytes, memory_bytes,
-                   is_fetch, duration, latency, bytes_per_us):
+                   is_fetch, duration, latency, bytes_per_us, table_bytes,
+                   table_us):
   """One placement; returns times, busy, peak memory and the transfers."""
   n = rank.shape[0]
   m = edge_src.shape[0]
@@ -770,7 +805,8 @@ def _simulate_core(placement, d, rank, order, in_ptr, in_edges, out_ptr,
       dv = x_dst[x]
       size = tensor_bytes[x_tensor[x]]
       x_start[x] = now
-      x_end[x] = now + (latency[s, dv] + size / bytes_per_us[s, dv])
+      x_end[x] = now + _link_us(s, dv, size, latency, bytes_per_us,
+                                table_bytes, table_us)
       moved += size
       memory[dv] += size
       if memory[dv] > peak[dv]:

@@ -9,12 +9,21 @@ describe real machines; custom clusters come from a JSON file:
    "hardware": {"GPU": "v100", "CPU": "host_cpu"},
    "devices": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0",
                 "kind": "GPU", "memory_bytes": 34359738368, "speed": 1.0}, ...],
-   "links": {"bandwidth_gbps": [[...], ...], "latency_us": [[...], ...]}}
+   "links": {"bandwidth_gbps": [[...], ...], "latency_us": [[...], ...],
+             "table_bytes": [...], "table_us": [[[...], ...], ...]}}
 
 `hardware` says which hardware spec priced each kind's op costs (see
 `grappler_bridge.hardware`), so a graph and a topology can be checked to
 agree. `bandwidth_gbps` is in GB/s (1e9 bytes per second), `latency_us` in
 microseconds; diagonal entries are ignored.
+
+A link costs `latency + bytes / bandwidth` unless the optional measured
+table is given (calibrated clusters): then `table_us[src][dst][i]` is the
+time for `table_bytes[i]` bytes, times between points are interpolated
+linearly (from `(0 bytes, latency)` below the first point), and beyond the
+last point each further byte costs `1 / bandwidth`. Real links are not one
+straight line: between two local gRPC workers the per-byte rate drops ~2x
+past ~1 MB (caches), which no single latency/bandwidth pair fits.
 """
 
 import dataclasses
@@ -73,6 +82,9 @@ class Topology:
   bandwidth_gbps: np.ndarray
   latency_us: np.ndarray
   hardware: Mapping[str, str]
+  # Optional measured link table: bytes [k] and times [d, d, k] (see above).
+  table_bytes: Optional[np.ndarray] = None
+  table_us: Optional[np.ndarray] = None
 
   def __post_init__(self):
     d = len(self.devices)
@@ -95,6 +107,33 @@ class Topology:
     if d > 1 and np.any(self.bandwidth_gbps[~np.eye(d, dtype=bool)] <= 0):
       raise errors.InputError(
           f"topology {self.name!r}: every link needs a bandwidth > 0")
+    self._check_table()
+
+  def _check_table(self):
+    if (self.table_bytes is None) != (self.table_us is None):
+      raise errors.InputError("links need both table_bytes and table_us, "
+                              "or neither")
+    if self.table_bytes is None:
+      return
+    d, sizes = len(self.devices), self.table_bytes
+    if (sizes.ndim != 1 or sizes.size == 0 or not np.all(np.isfinite(sizes))
+        or sizes[0] <= 0 or np.any(np.diff(sizes) <= 0)):
+      raise errors.InputError(
+          "table_bytes must be a non-empty, strictly increasing list of "
+          "positive sizes")
+    if self.table_us.shape != (d, d, sizes.size):
+      raise errors.InputError(
+          f"table_us must be {d}x{d}x{sizes.size} (device x device x size)")
+    for i in range(d):
+      for j in range(d):
+        if i == j:
+          continue
+        row = self.table_us[i, j]
+        if (not np.all(np.isfinite(row)) or row[0] < self.latency_us[i, j]
+            or np.any(np.diff(row) < 0)):
+          raise errors.InputError(
+              f"table_us[{i}][{j}] must be finite, non-decreasing and start "
+              f"at or above the link latency ({self.latency_us[i, j]} us)")
 
   @property
   def num_devices(self) -> int:
@@ -120,8 +159,21 @@ class Topology:
     """Time to move `nbytes` from device `src` to `dst` (0 on one device)."""
     if src == dst:
       return 0.0
-    return float(self.latency_us[src, dst] +
-                 nbytes / (self.bandwidth_gbps[src, dst] * 1e3))
+    bytes_per_us = self.bandwidth_gbps[src, dst] * 1e3
+    if self.table_bytes is None:
+      return float(self.latency_us[src, dst] + nbytes / bytes_per_us)
+    sizes, times = self.table_bytes, self.table_us[src, dst]
+    if nbytes >= sizes[-1]:
+      return float(times[-1] + (nbytes - sizes[-1]) / bytes_per_us)
+    # The same arithmetic as the simulator's compiled twin, so they agree
+    # to the last bit.
+    low_bytes, low_us = 0.0, float(self.latency_us[src, dst])
+    for size, time_us in zip(sizes, times):
+      if nbytes <= size:
+        return float(low_us + (time_us - low_us) * (
+            (nbytes - low_bytes) / (size - low_bytes)))
+      low_bytes, low_us = size, time_us
+    return float(low_us)
 
   def devices_of_kind(self, kind: str) -> list:
     return [i for i, dev in enumerate(self.devices) if dev.kind == kind]
@@ -250,20 +302,32 @@ def from_document(document) -> Topology:
     links = document["links"]
     bandwidth = np.array(links["bandwidth_gbps"], np.float64)
     latency = np.array(links["latency_us"], np.float64)
+    table_bytes = table_us = None
+    if "table_bytes" in links or "table_us" in links:
+      table_bytes = np.array(links.get("table_bytes", []), np.float64)
+      table_us = np.array(links.get("table_us", []), np.float64)
+      if "table_bytes" not in links or "table_us" not in links:
+        raise errors.InputError("links need both table_bytes and table_us, "
+                                "or neither")
     hardware = {str(k): str(v) for k, v in document.get("hardware", {}).items()}
     name = str(document.get("name", "custom"))
   except (KeyError, TypeError, ValueError) as e:
     raise errors.InputError(f"malformed topology: {type(e).__name__}: {e}") from e
-  return Topology(name, devices, bandwidth, latency, hardware)
+  return Topology(name, devices, bandwidth, latency, hardware, table_bytes,
+                  table_us)
 
 
 def to_document(topology: Topology) -> dict:
+  links = {"bandwidth_gbps": topology.bandwidth_gbps.tolist(),
+           "latency_us": topology.latency_us.tolist()}
+  if topology.table_bytes is not None:
+    links["table_bytes"] = topology.table_bytes.tolist()
+    links["table_us"] = topology.table_us.tolist()
   return {
       "format": FORMAT, "version": VERSION, "name": topology.name,
       "hardware": dict(topology.hardware),
       "devices": [dataclasses.asdict(dev) for dev in topology.devices],
-      "links": {"bandwidth_gbps": topology.bandwidth_gbps.tolist(),
-                "latency_us": topology.latency_us.tolist()},
+      "links": links,
   }
 
 
@@ -272,10 +336,13 @@ def save(topology: Topology, path: str) -> None:
 
 
 def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
-           hardware: Optional[Mapping[str, str]] = None) -> Topology:
+           hardware: Optional[Mapping[str, str]] = None, table_bytes=None,
+           table_us=None) -> Topology:
   """Builds a topology in code (tests, calibration)."""
+  as_array = lambda x: None if x is None else np.asarray(x, np.float64)
   return Topology(name, tuple(devices), np.asarray(bandwidth_gbps, np.float64),
-                  np.asarray(latency_us, np.float64), dict(hardware or {}))
+                  np.asarray(latency_us, np.float64), dict(hardware or {}),
+                  as_array(table_bytes), as_array(table_us))
 
 
 def _positive_int(value) -> int:
