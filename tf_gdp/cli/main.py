@@ -13,6 +13,9 @@ from tf_gdp.cli import runner
 COMMANDS = {
     "export-graph": ("tf_gdp.cli.export_graph",
                      "write a zoo model or a user graph as MetaGraphDef or op-graph JSON"),
+    "place": ("tf_gdp.cli.place",
+              "place graphs (files, globs, zoo models) with GDP or a baseline; "
+              "one output folder each"),
     "bench": ("tf_gdp.cli.bench",
               "compare placement methods on graphs and topologies (tables + JSON)"),
     "pretrain": ("tf_gdp.cli.pretrain",

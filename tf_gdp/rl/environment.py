@@ -41,8 +41,10 @@ forward pass); `step` is the same with B = 1. The environment keeps the best
 valid placement seen per task (`best`).
 """
 
+import contextlib
 import dataclasses
 import hashlib
+import io
 import logging
 import math
 import sys
@@ -51,6 +53,20 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+
+def _import_gym_quietly() -> None:
+  """tf-agents imports gym, which prints a multi-line deprecation banner to
+  stderr; it would sit above every CLI progress line. Import it silenced."""
+  with contextlib.redirect_stderr(io.StringIO()):
+    try:
+      import gym  # pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      pass
+
+
+_import_gym_quietly()
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_agents.environments import py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
@@ -61,6 +77,7 @@ from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 from tf_gdp.policy import features
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 
 def _rebind_keras_2() -> None:

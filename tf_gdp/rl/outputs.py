@@ -15,37 +15,24 @@ the policy inputs' group order) lets a resumed run reinstate the placement
 as its best without re-deriving groups from names.
 """
 
-import hashlib
 import json
 import math
 import os
-import re
 import sys
 from typing import Optional
 
 import numpy as np
 
 from tf_gdp import fileio
-from tf_gdp.graph import op_graph
+from tf_gdp.graph import identity
 from tf_gdp.rl import environment
 
 FORMAT = "tf-gdp-placement"
 VERSION = 1
 
 
-def graph_fingerprint(graph: op_graph.OpGraph) -> str:
-  """sha256 of the graph's ops, types and edges (not its costs)."""
-  digest = hashlib.sha256()
-  for name, op_type in zip(graph.node_names, graph.op_types):
-    digest.update(name.encode("utf-8") + b"\0" + op_type.encode("utf-8") + b"\n")
-  digest.update(np.ascontiguousarray(graph.edge_src, np.int64).tobytes())
-  digest.update(np.ascontiguousarray(graph.edge_dst, np.int64).tobytes())
-  return digest.hexdigest()
-
-
-def safe_name(name: str) -> str:
-  """A file-name-safe version of a task name."""
-  return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "task"
+graph_fingerprint = identity.graph_fingerprint
+safe_name = identity.safe_name
 
 
 def placement_document(task: environment.PlacementTask,

@@ -1,0 +1,160 @@
+"""placing (one graph, one method) and place_batch (many graphs, folders)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+# tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it.
+from tf_gdp.rl import train_lib  # pylint: disable=g-bad-import-order
+from tf_gdp import errors
+from tf_gdp import place_batch
+from tf_gdp import placing
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import json_io
+from tf_gdp.rl import graph_sets
+
+TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
+               "placer_layers": 1, "num_heads": 2, "ffn_size": 32,
+               "segment_length": 8, "memory_length": 8}
+
+
+@pytest.fixture(scope="module")
+def graph():
+  return graph_sets.random_layered_graph(120, width=6, seed=1, name="lay")
+
+
+@pytest.fixture(scope="module")
+def topology():
+  return topology_lib.get("p100x2")
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("policy") / "policy")
+  return train_lib.save_policy(train_lib.build_policy(TINY_POLICY), path)
+
+
+def test_baseline_result_is_judged_and_compared(graph, topology):
+  result = placing.place(graph, topology, "metis",
+                         compare=("single_device", "round_robin"))
+  assert result.placement.shape == (graph.num_nodes,)
+  assert result.valid and result.step_time_us > 0
+  assert result.step_time_us >= result.lower_bound_us
+  assert set(result.compared) == {"single_device", "round_robin"}
+  report = result.report()
+  assert report["method"] == "metis" and len(report["peak_memory_bytes"]) == 3
+  json.dumps(report)  # JSON-able
+
+
+def test_bad_method_budget_and_missing_policy(graph, topology, tmp_path):
+  with pytest.raises(errors.InputError, match="unknown method 'magic'"):
+    placing.place(graph, topology, "magic")
+  with pytest.raises(errors.InputError, match="not a baseline"):
+    placing.place(graph, topology, "metis", compare=("gdp",))
+  with pytest.raises(errors.InputError, match="no policy at"):
+    placing.place(graph, topology, "gdp", policy=str(tmp_path / "none"))
+
+
+def test_gdp_zero_shot_is_valid_and_deterministic(graph, topology,
+                                                  tiny_policy):
+  first = placing.place(graph, topology, "gdp", policy=tiny_policy, seed=3,
+                        samples=4, compare=())
+  again = placing.place(graph, topology, "gdp", policy=tiny_policy, seed=3,
+                        samples=4, compare=())
+  assert first.valid and first.details["mode"] == "zero-shot"
+  assert first.evaluations == 5
+  np.testing.assert_array_equal(first.placement, again.placement)
+
+
+def test_gdp_fine_tune_never_returns_worse_than_zero_shot(graph, topology,
+                                                          tiny_policy):
+  result = placing.place(graph, topology, "gdp", policy=tiny_policy,
+                         budget_seconds=3.0, samples=4, compare=())
+  assert result.details["mode"] == "fine-tune"
+  assert result.details["finetune_iterations"] >= 1
+  assert result.step_time_us <= result.details["zero_shot_step_time_us"] + 1e-6
+
+
+def test_placement_file_round_trip_and_mismatches(graph, topology, tmp_path):
+  result = placing.place(graph, topology, "round_robin", compare=())
+  path = str(tmp_path / "p.json")
+  placing.save(result, graph, path)
+  np.testing.assert_array_equal(placing.load(graph, topology, path),
+                                result.placement)
+  other = graph_sets.random_layered_graph(50, width=5, seed=2, name="other")
+  with pytest.raises(errors.PlacementError, match="does not match graph"):
+    placing.load(other, topology, path)
+  with pytest.raises(errors.PlacementError, match="does not have"):
+    placing.load(graph, topology_lib.get("cpu-workers:2"), path)
+  (tmp_path / "junk.json").write_text("[1, 2")
+  with pytest.raises(errors.InputError, match="not a placement JSON"):
+    placing.load(graph, topology, str(tmp_path / "junk.json"))
+
+
+def test_batch_keeps_good_graphs_when_one_is_bad(graph, tmp_path):
+  graphs = tmp_path / "graphs"
+  graphs.mkdir()
+  json_io.save_json(graph, str(graphs / "a.json"))
+  json_io.save_json(graph_sets.random_layered_graph(60, width=4, seed=5,
+                                                    name="b"),
+                    str(graphs / "b.json"))
+  (graphs / "broken.json").write_text('{"format": ')
+  out = tmp_path / "out"
+  outcomes = place_batch.place_many(str(graphs / "*.json"), "p100x2", str(out),
+                                    method="m_etf", compare=("single_device",),
+                                    pictures=False)
+  assert [o.label for o in outcomes] == ["a.json", "b.json", "broken.json"]
+  assert [o.error is None for o in outcomes] == [True, True, False]
+  for label in ("a.json", "b.json"):
+    files = sorted(os.listdir(out / label))
+    assert files == ["placement.json", "report.json"]  # no temp files left
+  assert not (out / "broken.json").exists()
+  table = place_batch.format_summary(outcomes, "p100x2", "m_etf")
+  assert "2 placed, 1 failed" in table and "FAILED" in table
+
+
+def test_placed_meta_graph_carries_the_devices(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
+  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
+
+  @tf.function
+  def step(x):
+    return tf.matmul(tf.tanh(x), x)
+
+  extracted = extract.from_function(step, tf.ones([4, 4]))
+  loaded = sources.LoadedGraph(sources.cost(extracted, name="mm",
+                                            devices="p100x2"), extracted)
+  result = placing.place(loaded.graph, topology_lib.get("p100x2"),
+                         "round_robin", compare=())
+  path = str(tmp_path / "placed.pb")
+  place_batch.write_placed_meta_graph(
+      extracted, result.device_map(loaded.graph), path)
+  meta = tf.compat.v1.MetaGraphDef.FromString(open(path, "rb").read())
+  placed = {n.name: n.device for n in meta.graph_def.node}
+  for op, device in result.device_map(loaded.graph).items():
+    if op in placed:
+      assert placed[op] == device
+
+
+def test_cli_places_a_glob_and_reports_the_bad_file(graph, tmp_path):
+  json_io.save_json(graph, str(tmp_path / "good.json"))
+  (tmp_path / "bad.json").write_text("not json")
+  out = tmp_path / "out"
+  result = subprocess.run(
+      [sys.executable, "-m", "tf_gdp", "place",
+       f"--graphs={tmp_path}/*.json", "--devices=p100x2", "--method=metis",
+       "--nopictures", "--compare=single_device", f"--out={out}"],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+      capture_output=True, timeout=300, check=False)
+  assert result.returncode == 2, result.stderr
+  assert "1 placed, 1 failed" in result.stdout
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      "error: 1 of 2 graphs failed (first: bad.json")
+  assert "Traceback" not in result.stderr
+  document = json.loads((out / "good.json" / "placement.json").read_text())
+  assert len(document["placement"]) == graph.num_nodes

@@ -1,0 +1,211 @@
+"""GDP on graphs it never saw, against every baseline (issue 5's numbers).
+
+For each graph: the classic baselines, the HDP-style baseline with an
+evaluation budget (its best-so-far curve kept), GDP zero-shot (one forward
+pass of the pre-trained policy, greedy + samples judged by the simulator),
+GDP fine-tuned for a fixed time (its best-so-far curve kept; the reported
+placement is the better of zero-shot and fine-tuning, both the policy's own),
+and optionally zero-shot ablation policies (no attention, no superposition).
+Search cost: the reward evaluations GDP needed to reach HDP's final step time
+against the evaluations HDP used to get there.
+
+Example (the held-out graphs of the shipped policy):
+  python -m tf_gdp.bench.gdp_eval --graphs=gnmt8,transformer_xl4,wavenet4 \
+      --devices=p100x4 --finetune_seconds=300 --hdp_budget=1000 \
+      --json_out=/tmp/gdp_eval.json
+"""
+
+import json
+import math
+import sys
+import time
+from typing import Dict, Optional
+
+from absl import app
+from absl import flags
+
+from tf_gdp import fileio
+from tf_gdp import placing
+from tf_gdp.bench import harness
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+
+
+def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
+                   finetune_seconds: float, hdp_budget: int, samples: int,
+                   seed: int, ablations: Optional[Dict[str, str]] = None,
+                   log=harness.stderr_progress) -> dict:
+  """All methods on one graph; rows plus the two search curves."""
+  from tf_gdp.baselines import hdp  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  graph = loaded.graph
+  topology = topology_lib.get(devices)
+  rows = [_row(r.method, r.step_time_us, r.valid, r.search_seconds, None)
+          for r in harness.bench_graph(loaded, label, devices,
+                                       harness.CLASSIC_METHODS, seed=seed,
+                                       progress=log)]
+  found = hdp.search(graph, topology, seed=seed, budget=hdp_budget)
+  rows.append(_row("hdp", *_judge(graph, found.placement, topology),
+                   found.seconds, found.evaluations))
+  hdp_curve = [[e, t] for e, t in found.history if math.isfinite(t)]
+  log(f"  {label} / hdp: {rows[-1]['step_time_us'] / 1e3:,.1f} ms "
+      f"({found.evaluations} evaluations, {found.seconds:.0f} s)")
+
+  task = environment.PlacementTask(graph, topology, extracted=loaded.extracted,
+                                   name=label)
+  shot = train_lib.zeroshot(policy, task, samples=samples, seed=seed)
+  shot_evaluations = 1 + samples
+  rows.append(_row("gdp_zeroshot", *_judge(graph, shot.placement, topology),
+                   shot.seconds, shot_evaluations))
+  log(f"  {label} / gdp zero-shot: {shot.step_time_us / 1e3:,.1f} ms "
+      f"({shot.seconds:.1f} s)")
+  for name, path in (ablations or {}).items():
+    ablated = train_lib.zeroshot(path, task, samples=samples, seed=seed)
+    rows.append(_row(f"gdp_zeroshot[{name}]",
+                     *_judge(graph, ablated.placement, topology),
+                     ablated.seconds, shot_evaluations))
+
+  gdp_curve = [[shot_evaluations, shot.step_time_us if shot.valid
+                else math.inf]]
+  best_placement, best_us = shot.placement, gdp_curve[0][1]
+  tune_seconds = tune_evaluations = 0
+  if finetune_seconds > 0:
+    config = train_lib.TrainConfig(
+        graphs_per_iteration=1, samples_per_graph=samples, seed=seed,
+        log_every_seconds=60.0, checkpoint_every_seconds=1e9)
+    tuned = train_lib.finetune(
+        policy, task, budget=train_lib.Budget(seconds=finetune_seconds),
+        config=config, log=lambda line: log(f"  {label}: {line}"))
+    reference = tuned.references[label].step_time_us
+    for stats in tuned.history:
+      value = stats["best_ratio"] * reference
+      gdp_curve.append([shot_evaluations + stats["evaluations"],
+                        min(gdp_curve[-1][1], value if math.isfinite(value)
+                            else math.inf)])
+    best = tuned.best[label]
+    if best is not None and best.step_time_us < best_us:
+      best_placement, best_us = best.placement, best.step_time_us
+    tune_seconds, tune_evaluations = tuned.seconds, tuned.evaluations
+  rows.append(_row("gdp", *_judge(graph, best_placement, topology),
+                   shot.seconds + tune_seconds,
+                   shot_evaluations + tune_evaluations))
+  log(f"  {label} / gdp fine-tuned: {rows[-1]['step_time_us'] / 1e3:,.1f} ms "
+      f"({tune_evaluations} evaluations, {tune_seconds:.0f} s)")
+  _add_ratios(rows)
+  hdp_final = next(r["step_time_us"] for r in rows if r["method"] == "hdp")
+  return {
+      "graph": label, "nodes": graph.num_nodes, "devices": devices,
+      "rows": rows, "hdp_curve": hdp_curve,
+      "gdp_curve": [[e, t if math.isfinite(t) else None]
+                    for e, t in gdp_curve],
+      "search_cost": _search_cost(hdp_curve, gdp_curve, hdp_final),
+  }
+
+
+def _judge(graph, placement, topology):
+  sim = simulator.simulate(graph, placement, topology)
+  return sim.step_time_us, bool(sim.valid)
+
+
+def _row(method, step_time_us, valid, seconds, evaluations) -> dict:
+  return {"method": method, "step_time_us": float(step_time_us),
+          "valid": bool(valid), "search_seconds": float(seconds),
+          "evaluations": evaluations}
+
+
+def _add_ratios(rows) -> None:
+  baselines = [r for r in rows if r["valid"] and not r["method"].startswith(
+      "gdp")]
+  best = min((r["step_time_us"] for r in baselines), default=math.nan)
+  expert = next((r["step_time_us"] for r in rows
+                 if r["method"] == "human_expert"), math.nan)
+  for r in rows:
+    r["over_best_baseline"] = r["step_time_us"] / best
+    r["over_expert"] = r["step_time_us"] / expert
+
+
+def _first_reaching(curve, target: float) -> Optional[int]:
+  for evaluations, step in curve:
+    if step is not None and step <= target * (1 + 1e-9):
+      return int(evaluations)
+  return None
+
+
+def _search_cost(hdp_curve, gdp_curve, hdp_final: float) -> dict:
+  """Evaluations each method needed to reach HDP's final step time."""
+  hdp_needed = _first_reaching(hdp_curve, hdp_final)
+  gdp_needed = _first_reaching(gdp_curve, hdp_final)
+  return {"hdp_final_us": hdp_final, "hdp_evaluations": hdp_needed,
+          "gdp_evaluations": gdp_needed,
+          "ratio": (hdp_needed / gdp_needed if hdp_needed and gdp_needed
+                    else None)}
+
+
+def format_table(results) -> str:
+  lines = [f"{'graph':<18} {'method':<28} {'step ms':>10} {'/best base':>10} "
+           f"{'/expert':>8} {'evals':>7} {'search s':>9}"]
+  for result in results:
+    for r in result["rows"]:
+      evaluations = "" if r["evaluations"] is None else r["evaluations"]
+      lines.append(
+          f"{result['graph'][:18]:<18} {r['method']:<28} "
+          f"{r['step_time_us'] / 1e3:>10,.1f} {r['over_best_baseline']:>10.3f} "
+          f"{r['over_expert']:>8.3f} {evaluations!s:>7} "
+          f"{r['search_seconds']:>9.1f}" + ("" if r["valid"] else "  INVALID"))
+    cost = result["search_cost"]
+    lines.append(
+        f"{'':<18} search cost to HDP's final "
+        f"{cost['hdp_final_us'] / 1e3:,.1f} ms: HDP {cost['hdp_evaluations']} "
+        f"evaluations, GDP {cost['gdp_evaluations']}" +
+        (f" ({cost['ratio']:.1f}x fewer)" if cost["ratio"] else ""))
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  from tf_gdp.rl import cli_lib  # pylint: disable=g-import-not-at-top
+  cli_lib.quiet_tensorflow_logs()
+  ablations = dict(item.split("=", 1) for item in _ABLATIONS.value if item)
+  started = time.time()
+  results = []
+  for source in harness.parse_graphs(_GRAPHS.value):
+    harness.stderr_progress(f"{source.label} (elapsed "
+                            f"{time.time() - started:.0f} s)")
+    loaded = source.load(_DEVICES.value)
+    results.append(evaluate_graph(
+        loaded, source.label, _DEVICES.value,
+        policy=_POLICY.value or placing.PRETRAINED_POLICY,
+        finetune_seconds=_FINETUNE.value, hdp_budget=_HDP_BUDGET.value,
+        samples=_SAMPLES.value, seed=_SEED.value, ablations=ablations))
+  print(format_table(results))
+  print(f"total time {time.time() - started:.0f} s")
+  if _JSON_OUT.value:
+    fileio.write_atomically(_JSON_OUT.value, json.dumps({
+        "benchmark": "gdp_eval",
+        "command": " ".join(["python -m tf_gdp.bench.gdp_eval"] +
+                            sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M"), "results": results,
+        "seconds": time.time() - started}, indent=1))
+
+
+if __name__ == "__main__":
+  # Flags only here, so other modules may import this one's functions.
+  _GRAPHS = flags.DEFINE_string("graphs", "gnmt8,transformer_xl4,wavenet4",
+                                "Graphs (zoo names with knobs, files).")
+  _DEVICES = flags.DEFINE_string("devices", "p100x4", "Topology.")
+  _POLICY = flags.DEFINE_string("policy", None, "Pre-trained policy "
+                                "(default: the shipped one).")
+  _FINETUNE = flags.DEFINE_float("finetune_seconds", 300.0,
+                                 "Fine-tuning time per graph (0: none).",
+                                 lower_bound=0.0)
+  _HDP_BUDGET = flags.DEFINE_integer("hdp_budget", 1000, "HDP evaluations.",
+                                     lower_bound=1)
+  _SAMPLES = flags.DEFINE_integer("samples", 16, "GDP samples per pass.",
+                                  lower_bound=2)
+  _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
+  _ABLATIONS = flags.DEFINE_list(
+      "ablations", [], "name=policy_dir pairs evaluated zero-shot, e.g. "
+      "no_attention=/tmp/ff/policy,no_superposition=/tmp/nosp/policy.")
+  _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
+  app.run(main)

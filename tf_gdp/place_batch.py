@@ -1,0 +1,150 @@
+"""Places many graphs at once: one output folder per graph, one summary table.
+
+For each graph of a `--graphs` spec (zoo names, files, globs, generated
+graphs; see `tf_gdp.rl.graph_sets`):
+
+  <out>/<graph>/placement.json   op name -> device (placing.save format)
+  <out>/<graph>/report.json      step time, baselines, bound, memory
+  <out>/<graph>/gantt.png        simulated schedule (when pictures are on)
+  <out>/<graph>/devices.png      per-device busy time and memory
+  <out>/<graph>/placed_graph.pb  the MetaGraphDef with the devices written
+                                 (graphs that came from TensorFlow, on request)
+
+A graph that fails (a malformed file, an infeasible memory budget) is
+reported with one line and skipped; the others' results are kept. Every
+file is written atomically, so an interrupted run leaves no half file.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Callable, List, Optional
+
+from grappler_bridge import errors as grappler_errors
+
+from tf_gdp import errors
+from tf_gdp import fileio
+from tf_gdp import placing
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import identity
+
+
+@dataclasses.dataclass
+class Outcome:
+  """One graph's result: the PlaceResult, or the error that stopped it."""
+  label: str
+  folder: Optional[str] = None
+  result: Optional[placing.PlaceResult] = None
+  error: Optional[str] = None
+  nodes: int = 0
+  seconds: float = 0.0
+
+
+def place_many(spec: str, devices: str, out_dir: str, *,
+               method: str = placing.GDP, budget_seconds: float = 0.0,
+               policy: Optional[str] = None, samples: int = 16,
+               seed: int = 0, compare=placing.DEFAULT_COMPARE,
+               pictures: bool = True, write_graph: bool = False,
+               log: Callable[[str], None] = lambda line: None
+               ) -> List[Outcome]:
+  """Places every graph of `spec` on `devices`; writes under `out_dir`."""
+  from tf_gdp.rl import graph_sets  # pylint: disable=g-import-not-at-top
+  topology = topology_lib.get(devices)
+  items = graph_sets.parse(spec)
+  os.makedirs(out_dir, exist_ok=True)
+  outcomes = []
+  started = time.perf_counter()
+  for k, item in enumerate(items):
+    elapsed = time.perf_counter() - started
+    eta = (f", ETA {elapsed / k * (len(items) - k):.0f} s" if k else "")
+    done = [o.result.step_time_us for o in outcomes if o.result]
+    best = (f", last {done[-1] / 1e3:.1f} ms" if done else "")
+    log(f"[{k + 1}/{len(items)}] {item.label}{best}{eta}")
+    outcome = Outcome(label=item.label)
+    clock = time.perf_counter()
+    try:
+      loaded = item.load(devices)
+      outcome.nodes = loaded.graph.num_nodes
+      result = placing.place(
+          loaded.graph, topology, method, budget_seconds=budget_seconds,
+          policy=policy, samples=samples, seed=seed, compare=compare,
+          extracted=loaded.extracted, log=log)
+      outcome.result = result
+      outcome.folder = os.path.join(out_dir, identity.safe_name(item.label))
+      _write_outputs(outcome.folder, loaded, topology, result,
+                     pictures=pictures, write_graph=write_graph)
+    except errors.InputError as e:
+      outcome.error = grappler_errors.first_line(e)
+      log(f"  skipped {item.label}: {outcome.error}")
+    outcome.seconds = time.perf_counter() - clock
+    outcomes.append(outcome)
+  return outcomes
+
+
+def _write_outputs(folder, loaded, topology, result, *, pictures,
+                   write_graph) -> None:
+  os.makedirs(folder, exist_ok=True)
+  graph = loaded.graph
+  placing.save(result, graph, os.path.join(folder, "placement.json"))
+  fileio.write_atomically(os.path.join(folder, "report.json"),
+                          json.dumps(result.report(), indent=1))
+  if pictures:
+    from tf_gdp.viz import gantt  # pylint: disable=g-import-not-at-top
+    from tf_gdp.viz import summary_chart  # pylint: disable=g-import-not-at-top
+    gantt.write_gantt_png(graph, topology, result.placement,
+                          os.path.join(folder, "gantt.png"),
+                          title=f"{graph.name} on {topology.name}: "
+                          f"{result.method}")
+    summary_chart.write_device_summary_png(
+        graph, topology, result.placement, os.path.join(folder, "devices.png"))
+  if write_graph:
+    if loaded.extracted is None:
+      raise errors.InputError(
+          f"{graph.name}: an op-graph JSON file has no TensorFlow graph to "
+          "write (--write_graph needs a zoo model, GraphDef or SavedModel)")
+    write_placed_meta_graph(loaded.extracted, result.device_map(graph),
+                            os.path.join(folder, "placed_graph.pb"))
+
+
+def write_placed_meta_graph(extracted, device_map: dict, path: str) -> None:
+  """The flat MetaGraphDef with every placed op's device field set."""
+  from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
+  meta = type(extracted.meta_graph)()
+  meta.CopyFrom(extracted.meta_graph)
+  names = {node.name for node in meta.graph_def.node}
+  placed = rewrite.apply_placement(
+      meta.graph_def, {op: d for op, d in device_map.items() if op in names})
+  meta.graph_def.CopyFrom(placed)
+  fileio.write_atomically(path, meta.SerializeToString())
+
+
+def format_summary(outcomes: List[Outcome], devices: str, method: str) -> str:
+  """The table printed at the end: one row per graph."""
+  compared = sorted({name for o in outcomes if o.result
+                     for name in o.result.compared})
+  header = (f"{'graph':<24} {'nodes':>7} {method + ' ms':>10} "
+            f"{'valid':>5} {'/LB':>5} " +
+            " ".join(f"{name[:12] + ' ms':>15}" for name in compared) +
+            f" {'seconds':>8}  output")
+  lines = [f"placed with {method} on {devices}", header, "-" * len(header)]
+  for o in outcomes:
+    if o.result is None:
+      lines.append(f"{o.label[:24]:<24} {'':>7} {'-':>10} {'':>5} {'':>5} " +
+                   " ".join(f"{'':>15}" for _ in compared) +
+                   f" {o.seconds:>8.1f}  FAILED: {o.error}")
+      continue
+    r = o.result
+    cells = []
+    for name in compared:
+      entry = r.compared.get(name, {})
+      step = entry.get("step_time_us")
+      cells.append(f"{step / 1e3:>15,.1f}" if step is not None
+                   else f"{'n/a':>15}")
+    ratio = r.step_time_us / r.lower_bound_us if r.lower_bound_us else 0.0
+    lines.append(f"{o.label[:24]:<24} {o.nodes:>7,} {r.step_time_us / 1e3:>10,.1f} "
+                 f"{'yes' if r.valid else 'NO':>5} {ratio:>5.2f} " +
+                 " ".join(cells) + f" {o.seconds:>8.1f}  {o.folder}")
+  failed = sum(o.result is None for o in outcomes)
+  lines.append(f"{len(outcomes) - failed} placed, {failed} failed")
+  return "\n".join(lines)

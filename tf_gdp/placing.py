@@ -1,0 +1,280 @@
+"""One graph, one topology, one method: a placement and its report.
+
+The shared core of `tf-gdp place`, `gdp.place()` and the examples:
+
+    result = placing.place(graph, topology, "gdp", budget_seconds=60)
+    result.placement            # int32 device index per op
+    result.report()             # JSON-able: step time, baselines, bound, memory
+    placing.save(result, graph, "placement.json")
+    placing.load(graph, topology, "placement.json")  # re-applied by op name
+
+Methods: "gdp" (the learned policy: zero-shot, i.e. one forward pass then
+greedy plus a handful of samples judged by the simulator; with a budget it
+is then fine-tuned on this graph for that many seconds and the better of the
+two is kept; both are the policy's own placements) and every baseline of
+`tf_gdp.baselines`. Every result is judged by the same simulator.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Callable, Dict, Optional, Sequence
+
+import numpy as np
+
+from grappler_bridge import errors as grappler_errors
+
+from tf_gdp import errors
+from tf_gdp import fileio
+from tf_gdp.cost import lower_bound as lower_bound_lib
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import identity
+from tf_gdp.graph import op_graph
+
+GDP = "gdp"
+# The policy that ships with the package (`make pretrain` reproduces it).
+PRETRAINED_POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                 "pretrained", "policy")
+# Cheap baselines every report lists next to the chosen method.
+DEFAULT_COMPARE = ("single_device", "human_expert", "metis", "m_etf")
+FORMAT = "tf-gdp-placement"
+VERSION = 1
+
+
+@dataclasses.dataclass
+class PlaceResult:
+  """A placement of one graph on one topology, judged by the simulator.
+
+  Attributes:
+    graph_name, topology_name, method: what was placed where, and how.
+    device_names: the topology's devices (placement indexes into them).
+    placement: int32[num_nodes] device index per op (graph node order).
+    step_time_us: simulated step time.
+    valid: memory fits and constraints hold; `reason` says why not.
+    search_seconds: time the method took (fine-tuning included).
+    evaluations: simulator calls the search made.
+    peak_memory_bytes, busy_us: per device.
+    transfer_bytes: bytes moved between devices per step.
+    lower_bound_us: the communication-free bound for this graph+topology.
+    compared: method -> {step_time_us, valid, search_seconds} of baselines.
+    details: method specifics (gdp: mode, zero-shot figures, iterations).
+  """
+  graph_name: str
+  topology_name: str
+  method: str
+  device_names: list
+  placement: np.ndarray
+  step_time_us: float
+  valid: bool
+  reason: Optional[str]
+  search_seconds: float
+  evaluations: int
+  peak_memory_bytes: list
+  busy_us: list
+  transfer_bytes: int
+  lower_bound_us: float
+  compared: Dict[str, dict] = dataclasses.field(default_factory=dict)
+  details: dict = dataclasses.field(default_factory=dict)
+
+  def device_map(self, graph: op_graph.OpGraph) -> Dict[str, str]:
+    """op name -> device name."""
+    return {op: self.device_names[int(d)]
+            for op, d in zip(graph.node_names, self.placement)}
+
+  def report(self) -> dict:
+    """Everything but the per-op placement, JSON-able."""
+    return {
+        "graph": self.graph_name, "topology": self.topology_name,
+        "method": self.method, "devices": list(self.device_names),
+        "step_time_us": self.step_time_us, "valid": self.valid,
+        "reason": self.reason, "search_seconds": self.search_seconds,
+        "evaluations": self.evaluations,
+        "peak_memory_bytes": [int(b) for b in self.peak_memory_bytes],
+        "busy_us": [float(b) for b in self.busy_us],
+        "transfer_bytes": int(self.transfer_bytes),
+        "lower_bound_us": self.lower_bound_us,
+        "compared": self.compared, "details": self.details,
+    }
+
+
+def method_names() -> list:
+  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+  return [GDP] + baselines.method_names()
+
+
+def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
+          method: str = GDP, *, budget_seconds: float = 0.0,
+          policy: Optional[str] = None, samples: int = 16, seed: int = 0,
+          compare: Sequence[str] = DEFAULT_COMPARE,
+          extracted=None, log: Optional[Callable[[str], None]] = None
+          ) -> PlaceResult:
+  """Places `graph` on `topology` with `method`; InputError on bad input.
+
+  Args:
+    graph, topology: what to place where.
+    method: "gdp" or a baseline name (`method_names()`).
+    budget_seconds: gdp: fine-tuning time after zero-shot (0: zero-shot
+      only); hdp: its search budget is its own option, not this.
+    policy: gdp: a saved policy directory (default: the shipped one).
+    samples: gdp: sampled placements per forward pass / PPO iteration.
+    seed: seeds sampling and randomized baselines.
+    compare: baselines to evaluate beside the method for the report.
+    extracted: the graph's MetaGraphDef, when it came from TensorFlow.
+    log: progress line sink for fine-tuning.
+  """
+  if method not in method_names():
+    raise errors.InputError(
+        f"unknown method {method!r}; choose from {', '.join(method_names())}")
+  if budget_seconds < 0:
+    raise errors.InputError("budget_seconds must be >= 0")
+  for name in compare:
+    if name not in method_names() or name == GDP:
+      raise errors.InputError(f"cannot compare with {name!r}: not a baseline")
+  from tf_gdp.cost import feasibility  # pylint: disable=g-import-not-at-top
+  feasibility.check_feasible(graph, topology)  # InfeasibleError with numbers
+  if method == GDP:
+    placement, seconds, evaluations, details = _place_gdp(
+        graph, topology, budget_seconds=budget_seconds, policy=policy,
+        samples=samples, seed=seed, extracted=extracted, log=log)
+  else:
+    from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+    found = baselines.run(method, graph, topology, seed=seed)
+    placement, seconds = found.placement, found.search_seconds
+    evaluations, details = found.evaluations, _jsonable(found.info)
+  result = _judge(graph, topology, method, placement, seconds, evaluations,
+                  details)
+  for name in compare:
+    if name == method:
+      continue
+    result.compared[name] = _baseline_summary(name, graph, topology, seed)
+  return result
+
+
+def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
+               extracted, log):
+  """(placement, seconds, evaluations, details) from the learned policy."""
+  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  policy_path = policy or PRETRAINED_POLICY
+  if not os.path.isdir(policy_path):
+    raise errors.InputError(
+        f"no policy at {policy_path}: pass a saved policy directory, or run "
+        "`make pretrain` to build the shipped one")
+  started = time.perf_counter()
+  task = environment.PlacementTask(graph, topology, extracted=extracted,
+                                   name=graph.name)
+  shot = train_lib.zeroshot(policy_path, task, samples=samples, seed=seed)
+  placement = shot.placement
+  details = {"mode": "zero-shot", "policy": policy_path,
+             "zero_shot_step_time_us": shot.step_time_us,
+             "zero_shot_chosen": shot.chosen,
+             "greedy_step_time_us": shot.greedy_step_time_us,
+             "zero_shot_seconds": shot.seconds}
+  evaluations = 1 + samples
+  if budget_seconds > 0:
+    config = train_lib.TrainConfig(
+        graphs_per_iteration=1, samples_per_graph=max(samples, 2), seed=seed,
+        log_every_seconds=30.0, checkpoint_every_seconds=1e9)
+    tuned = train_lib.finetune(
+        policy_path, task, budget=train_lib.Budget(seconds=budget_seconds),
+        config=config, log=log or (lambda line: None))
+    best = tuned.best[task.name]
+    evaluations += tuned.evaluations
+    details.update(mode="fine-tune", finetune_iterations=tuned.iterations,
+                   finetune_seconds=tuned.seconds,
+                   finetune_step_time_us=(best.step_time_us if best else None))
+    if best is not None and (best.step_time_us < shot.step_time_us or
+                             not shot.valid):
+      placement = best.placement
+  return (np.asarray(placement, np.int32), time.perf_counter() - started,
+          evaluations, details)
+
+
+def _judge(graph, topology, method, placement, seconds, evaluations,
+           details) -> PlaceResult:
+  sim = simulator.simulate(graph, placement, topology)
+  return PlaceResult(
+      graph_name=graph.name, topology_name=topology.name, method=method,
+      device_names=topology.device_names,
+      placement=np.asarray(placement, np.int32),
+      step_time_us=sim.step_time_us, valid=sim.valid, reason=sim.reason,
+      search_seconds=float(seconds), evaluations=int(evaluations),
+      peak_memory_bytes=sim.peak_memory_bytes.tolist(),
+      busy_us=sim.device_busy_us.tolist(), transfer_bytes=sim.transfer_bytes,
+      lower_bound_us=float(lower_bound_lib.lower_bound(graph, topology)),
+      details=details)
+
+
+def _baseline_summary(name, graph, topology, seed) -> dict:
+  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+  try:
+    found = baselines.run(name, graph, topology, seed=seed)
+  except errors.InputError as e:  # e.g. no expert rules for this graph
+    return {"error": grappler_errors.first_line(e)}
+  sim = simulator.simulate(graph, found.placement, topology)
+  return {"step_time_us": sim.step_time_us, "valid": sim.valid,
+          "search_seconds": found.search_seconds}
+
+
+def _jsonable(info: dict) -> dict:
+  return json.loads(json.dumps(info, default=lambda o: (
+      o.tolist() if isinstance(o, np.ndarray) else str(o))))
+
+
+# ---- placement files ----------------------------------------------------------
+
+
+def document(result: PlaceResult, graph: op_graph.OpGraph) -> dict:
+  """The placement file (format of `tf_gdp.rl.outputs`, plus the report)."""
+  return {
+      "format": FORMAT, "version": VERSION, "method": result.method,
+      "graph": graph.name,
+      "graph_fingerprint": identity.graph_fingerprint(graph),
+      "topology": result.topology_name, "devices": list(result.device_names),
+      "step_time_us": result.step_time_us, "step_time_source": "simulate",
+      "placement": result.device_map(graph),
+  }
+
+
+def save(result: PlaceResult, graph: op_graph.OpGraph, path: str) -> None:
+  """Writes the placement file atomically."""
+  fileio.write_atomically(path, json.dumps(document(result, graph), indent=1))
+
+
+def load(graph: op_graph.OpGraph, topology: topology_lib.Topology,
+         path: str) -> np.ndarray:
+  """int32 device index per op of `graph` from a placement file.
+
+  Applied by op name, so it survives a rebuilt graph with the same ops.
+  Raises PlacementError when the file does not match the graph (ops missing
+  or extra) or names a device the topology lacks; InputError when the file
+  is not a placement file.
+  """
+  try:
+    with open(path, encoding="utf-8") as f:
+      doc = json.load(f)
+  except OSError as e:
+    raise errors.InputError(f"{path}: {e.strerror or e}") from e
+  except (ValueError, RecursionError) as e:
+    raise errors.InputError(f"{path}: not a placement JSON file: {e}") from e
+  if not isinstance(doc, dict) or doc.get("format") != FORMAT or not (
+      isinstance(doc.get("placement"), dict)):
+    raise errors.InputError(f"{path}: not a tf-gdp placement file")
+  devices = doc["placement"]
+  missing = [op for op in graph.node_names if op not in devices]
+  extra = len(devices) - (len(graph.node_names) - len(missing))
+  if missing or extra:
+    sample = ", ".join(repr(op) for op in missing[:3])
+    raise errors.PlacementError(
+        f"{path} does not match graph {graph.name!r}: {len(missing)} of its "
+        f"ops have no device" + (f" (e.g. {sample})" if missing else "") +
+        (f", and the file places {extra} ops the graph lacks" if extra else ""))
+  index = {name: i for i, name in enumerate(topology.device_names)}
+  unknown = sorted({d for d in devices.values() if d not in index})
+  if unknown:
+    raise errors.PlacementError(
+        f"{path} places ops on {unknown[0]!r}, which topology "
+        f"{topology.name!r} does not have")
+  return np.array([index[devices[op]] for op in graph.node_names], np.int32)
