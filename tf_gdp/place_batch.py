@@ -72,7 +72,7 @@ def place_many(spec: str, devices: str, out_dir: str, *,
           extracted=loaded.extracted, log=log)
       outcome.result = result
       outcome.folder = os.path.join(out_dir, identity.safe_name(item.label))
-      _write_outputs(outcome.folder, loaded, topology, result,
+      write_outputs(outcome.folder, loaded, topology, result,
                      pictures=pictures, write_graph=write_graph)
     except errors.InputError as e:
       outcome.error = grappler_errors.first_line(e)
@@ -82,8 +82,9 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   return outcomes
 
 
-def _write_outputs(folder, loaded, topology, result, *, pictures,
-                   write_graph) -> None:
+def write_outputs(folder, loaded, topology, result, *, pictures=True,
+                  write_graph=False) -> None:
+  """One graph's folder: placement, report, pictures, placed graph."""
   os.makedirs(folder, exist_ok=True)
   graph = loaded.graph
   placing.save(result, graph, os.path.join(folder, "placement.json"))

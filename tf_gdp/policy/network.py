@@ -116,6 +116,11 @@ class GdpPolicy(tf.keras.Model):
         c.hidden_size, seed=c.seed + 20_000, name="device_encoder")
     self.scorer = devices.PairScorer(c.hidden_size, seed=c.seed + 30_000,
                                      name="scorer")
+    # Multiplies the logits; not trained. Fine-tuning lowers it when the
+    # pre-trained policy is too sure of itself on a new graph to explore
+    # (`train_lib.apply_entropy_floor`); it is saved with the weights, so
+    # sampling and PPO's ratios always see the same distribution.
+    self.logit_scale = tf.Variable(1.0, trainable=False, name="logit_scale")
 
   # The network has no data-dependent Python control flow, so AutoGraph
   # conversion (which Keras applies to every layer's `call`) is pure
@@ -149,7 +154,8 @@ class GdpPolicy(tf.keras.Model):
     group_logits = _group_mean(node_logits, observation["group_ids"],
                                node_mask,
                                tf.shape(observation["group_mask"])[1])
-    return _mask_logits(group_logits, observation), graph_embedding
+    return (_mask_logits(group_logits * self.logit_scale, observation),
+            graph_embedding)
 
 
 def _with_contrast(states, node_mask):
