@@ -17,6 +17,7 @@ from tf_gdp.rl import actor_network
 from tf_gdp.rl import graph_sets
 from tf_gdp.rl import ppo
 from tf_gdp.rl import train_lib
+from tf_gdp import errors
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -270,6 +271,27 @@ import sys
 from tf_gdp.cli import finetune, runner
 runner.run_command(finetune.main, ["tf-gdp finetune"] + sys.argv[1:])
 """
+
+
+def test_a_second_process_cannot_train_into_a_busy_root(tmp_path):
+  holder = subprocess.Popen(
+      [sys.executable, "-c",
+       "import fcntl, os, sys, time\n"
+       f"f = open({str(tmp_path / train_lib.LOCK_FILE)!r}, 'a+')\n"
+       "fcntl.flock(f, fcntl.LOCK_EX)\n"
+       "f.write(str(os.getpid())); f.flush()\n"
+       "print('locked', flush=True)\n"
+       "time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(errors.InputError,
+                       match=f"in use by another training run .pid {holder.pid}"):
+      train_lib.lock_root_dir(str(tmp_path))
+  finally:
+    holder.kill()
+    holder.wait()
+  train_lib.lock_root_dir(str(tmp_path))  # free again once the holder died
+  train_lib.lock_root_dir(str(tmp_path))  # and re-entrant in one process
 
 
 def test_finetune_command_writes_a_placement(tmp_path):

@@ -37,6 +37,7 @@ to `<root_dir>/train` (rewards, best step time, entropy, PPO losses).
 """
 
 import dataclasses
+import fcntl
 import json
 import logging
 import math
@@ -64,6 +65,9 @@ from tf_gdp.rl import ppo as ppo_lib
 POLICY_CONFIG_FILE = "policy_config.json"
 POLICY_WEIGHTS = "weights"
 RUN_FILE = "run.json"
+LOCK_FILE = ".lock"
+# Root directories this process holds the lock of: path -> open lock file.
+_HELD_LOCKS = {}
 
 
 @dataclasses.dataclass
@@ -265,6 +269,7 @@ class Trainer:
     self.writer = tf.summary.create_noop_writer()
     if root_dir:
       os.makedirs(root_dir, exist_ok=True)
+      lock_root_dir(root_dir)
       self._check_run_file()
       self.manager = tf.train.CheckpointManager(
           self.checkpoint, os.path.join(root_dir, "checkpoints"),
@@ -572,6 +577,35 @@ class Trainer:
         if best is not None:
           tf.summary.scalar(f"best_step_time_ms/{outputs.safe_name(task.name)}",
                             best.step_time_us / 1e3, step=step)
+
+
+def lock_root_dir(root_dir: str) -> None:
+  """Refuses a second process training into the same root directory.
+
+  Two runs interleaving checkpoints and best placements in one folder would
+  corrupt each other's resume state. The lock is an flock on
+  `<root>/.lock`, held until this process exits (the kernel drops it on a
+  crash or SIGKILL, so a killed run never blocks its own restart); the same
+  process may reopen its own root (sequential runs, tests).
+  """
+  path = os.path.join(os.path.abspath(root_dir), LOCK_FILE)
+  if path in _HELD_LOCKS:
+    return
+  handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    handle.seek(0)
+    owner = handle.read().strip() or "unknown"
+    handle.close()
+    raise errors.InputError(
+        f"{root_dir} is in use by another training run (pid {owner}); wait "
+        "for it to finish or use another root directory") from e
+  handle.seek(0)
+  handle.truncate()
+  handle.write(str(os.getpid()))
+  handle.flush()
+  _HELD_LOCKS[path] = handle
 
 
 def tfp_categorical_entropy(logits: tf.Tensor) -> tf.Tensor:
