@@ -273,6 +273,22 @@ runner.run_command(finetune.main, ["tf-gdp finetune"] + sys.argv[1:])
 """
 
 
+def test_best_placements_are_pictured_in_tensorboard(tmp_path):
+  task = environment.PlacementTask(two_chains(), gpus())
+  env = environment.PlacementEnv([task])
+  config = train_lib.TrainConfig(samples_per_graph=4, graphs_per_iteration=1,
+                                 log_every_seconds=1e9,
+                                 checkpoint_every_seconds=0)
+  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+                              root_dir=str(tmp_path), log=lambda line: None)
+  trainer.run(train_lib.Budget(iterations=2))
+  tags = set()
+  for path in glob.glob(str(tmp_path / "train" / "events.out.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value)
+  assert {"best/two_chains4_gpus/gantt", "best/two_chains4_gpus/devices"} <= tags, tags
+
+
 def test_a_second_process_cannot_train_into_a_busy_root(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, "-c",

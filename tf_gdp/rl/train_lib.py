@@ -278,6 +278,7 @@ class Trainer:
           os.path.join(root_dir, "train"))
       self.restore()
     self.history: List[dict] = []
+    self._pictured = {}  # task index -> the Best last drawn to TensorBoard
 
   # ---- checkpoints ---------------------------------------------------------
 
@@ -342,6 +343,27 @@ class Trainer:
                if self.env.best(i) is not None}
     self.best_json.assign(json.dumps(records))
     return self.manager.save(checkpoint_number=int(self.iteration.numpy()))
+
+  def _log_pictures(self, step: int) -> None:
+    """Gantt + device charts of best placements that changed, to TensorBoard.
+
+    At checkpoint time only, and at most 4 tasks per time: rendering a 50k-op
+    schedule takes ~0.5 s, which must not tax every iteration.
+    """
+    if self.manager is None:
+      return
+    from tf_gdp.viz import tensorboard  # pylint: disable=g-import-not-at-top
+    drawn = 0
+    for i, task in enumerate(self.env.tasks):
+      best = self.env.best(i)
+      if best is None or self._pictured.get(i) is best or drawn >= 4:
+        continue
+      with self.writer.as_default():
+        tensorboard.log_placement_images(
+            step, task.graph, task.topology, best.placement,
+            name=f"best/{outputs.safe_name(task.name)}")
+      self._pictured[i] = best
+      drawn += 1
 
   def _best_path(self, task) -> str:
     return os.path.join(self.root_dir, "best",
@@ -516,6 +538,7 @@ class Trainer:
       if (now - last_save >= self.config.checkpoint_every_seconds or
           (every and stats["iteration"] % every == 0)):
         self.save()
+        self._log_pictures(stats["iteration"])
         last_save = now
       if now - last_log >= self.config.log_every_seconds:
         session = now - started
@@ -529,6 +552,7 @@ class Trainer:
         logged = stats["iteration"]
     self.seconds.assign(elapsed())
     self.save()
+    self._log_pictures(int(self.iteration.numpy()))
     self.writer.flush()
     if self.history and self.history[-1]["iteration"] != logged:
       self._log(self.progress_line(self.history[-1], 0.0))
