@@ -14,6 +14,10 @@ def write_atomically(path: str, data: Union[bytes, str]) -> None:
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-",
                              suffix="-" + os.path.basename(path))
   try:
+    # mkstemp makes the file 0600; give it the mode a plain open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
     with os.fdopen(fd, "wb") as f:
       f.write(data)
     os.replace(tmp, path)
