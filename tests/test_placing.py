@@ -158,3 +158,28 @@ def test_cli_places_a_glob_and_reports_the_bad_file(graph, tmp_path):
   assert "Traceback" not in result.stderr
   document = json.loads((out / "good.json" / "placement.json").read_text())
   assert len(document["placement"]) == graph.num_nodes
+
+
+def test_cli_measure_runs_a_placement_file_and_refuses_json(graph, tmp_path):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  model = "rnnlm2:hidden_size=16:vocab_size=50:batch=2:num_steps=2"
+  out = tmp_path / "out"
+  subprocess.run([sys.executable, "-m", "tf_gdp", "place", f"--graphs={model}",
+                  "--devices=local-cpus:2", "--method=round_robin",
+                  "--nopictures", "--compare=", f"--out={out}"], env=env,
+                 check=True, capture_output=True, timeout=300)
+  placement = next(out.glob("*/placement.json"))
+  ran = subprocess.run([sys.executable, "-m", "tf_gdp", "measure",
+                        f"--graph={model}", "--devices=local-cpus:2",
+                        f"--placement={placement}", "--repeats=2"], env=env,
+                       text=True, capture_output=True, timeout=300,
+                       check=False)
+  assert ran.returncode == 0, ran.stderr
+  assert "predicted" in ran.stdout and "measured" in ran.stdout
+  json_io.save_json(graph, str(tmp_path / "g.json"))
+  refused = subprocess.run([sys.executable, "-m", "tf_gdp", "measure",
+                            f"--graph={tmp_path / 'g.json'}"], env=env,
+                           text=True, capture_output=True, timeout=300,
+                           check=False)
+  assert refused.returncode == 2
+  assert "has no TensorFlow graph to run" in refused.stderr

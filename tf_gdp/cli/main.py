@@ -16,6 +16,9 @@ COMMANDS = {
     "place": ("tf_gdp.cli.place",
               "place graphs (files, globs, zoo models) with GDP or a baseline; "
               "one output folder each"),
+    "measure": ("tf_gdp.cli.measure_placement",
+                "run a placed graph with the TF runtime (local, cpu-workers:K, "
+                "grpc://) and time it"),
     "bench": ("tf_gdp.cli.bench",
               "compare placement methods on graphs and topologies (tables + JSON)"),
     "pretrain": ("tf_gdp.cli.pretrain",

@@ -1,0 +1,77 @@
+"""`tf-gdp measure`: run a placed graph with the TF runtime and time it.
+
+Examples:
+  tf-gdp place --graphs=rnnlm2:batch=8 --devices=cpu-workers:2 --out=out/
+  tf-gdp measure --graph=rnnlm2:batch=8 --devices=cpu-workers:2 \
+      --placement=out/rnnlm2_batch8/placement.json --target=cpu-workers:2
+
+The graph is rebuilt (zoo model) or re-read (GraphDef / SavedModel), the
+placement file is applied by op name, and the step runs on the target:
+`local` (this process's devices), `cpu-workers:K` (K single-core worker
+processes started for the measurement) or a `grpc://host:port` cluster. The
+measured median is printed beside the simulator's prediction. A placement
+that fails to run (OOM, kernel error, timeout) is reported with exit code 2.
+"""
+
+from absl import flags
+
+from tf_gdp import errors
+from tf_gdp import placing
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.rl import cli_lib
+
+_GRAPH = flags.DEFINE_string(
+    "graph", None, "A TensorFlow graph: zoo model with knobs "
+    "('rnnlm2:batch=8'), GraphDef/MetaGraphDef file or SavedModel directory "
+    "(op-graph JSON has no TF graph to run).", required=True)
+_DEVICES = flags.DEFINE_string(
+    "devices", "cpu-workers:2", "The topology the placement was made for.")
+_PLACEMENT = flags.DEFINE_string(
+    "placement", None, "Placement file (from `place`, `finetune --out` or "
+    "PlacedFunction.save); omit to run everything on the first device.")
+_TARGET = flags.DEFINE_string(
+    "target", None, "local, cpu-workers:K or grpc://host:port (default: "
+    "--devices when it is cpu-workers:K, else local).")
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps first.",
+                               lower_bound=0)
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps (median).",
+                                lower_bound=1)
+_TIMEOUT = flags.DEFINE_float("timeout", 120.0, "Seconds a step may take.",
+                              lower_bound=0.1)
+
+
+def main(argv):
+  del argv
+  cli_lib.quiet_tensorflow_logs()
+  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import graph_sets  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  items = graph_sets.parse(_GRAPH.value)
+  if len(items) != 1:
+    raise errors.InputError("--graph names one graph")
+  topology = topology_lib.get(_DEVICES.value)
+  loaded = items[0].load(_DEVICES.value)
+  if loaded.extracted is None:
+    raise errors.InputError(
+        f"{_GRAPH.value}: an op-graph JSON file has no TensorFlow graph to run")
+  graph = loaded.graph
+  if _PLACEMENT.value:
+    placement = placing.load(graph, topology, _PLACEMENT.value)
+  else:
+    placement = np.zeros(graph.num_nodes, np.int32)
+  target = _TARGET.value or (_DEVICES.value if _DEVICES.value.startswith(
+      topology_lib.CPU_WORKERS) else "local")
+  predicted = simulator.simulate(graph, placement, topology)
+  cli_lib.progress(f"running {graph.name} ({graph.num_nodes:,} ops) on {target}")
+  result = measure.measure(loaded.extracted, placement, target,
+                           topology=topology, warmup=_WARMUP.value,
+                           repeats=_REPEATS.value, timeout_s=_TIMEOUT.value)
+  print(f"predicted {predicted.step_time_us / 1e3:,.2f} ms (simulated on "
+        f"{topology.name})")
+  if not result.valid:
+    raise errors.PlacementError(f"the placed step failed on {target}: "
+                                f"{result.reason}")
+  times = ", ".join(f"{t / 1e3:.2f}" for t in result.times_us)
+  print(f"measured  {result.step_time_us / 1e3:,.2f} ms (median of "
+        f"{len(result.times_us)} steps: {times})")
