@@ -27,11 +27,10 @@ from tensorflow.python.framework import op_def_registry  # pylint: disable=g-imp
 from tensorflow.python.grappler import tf_optimizer  # pylint: disable=g-import-not-at-top
 
 from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
+from grappler_bridge import limits  # pylint: disable=g-import-not-at-top
 
 # Grappler reads the fetch nodes of a MetaGraphDef from this collection.
 FETCH_COLLECTION = "train_op"
-# Files bigger than this are refused before parsing (protobuf itself caps at 2 GiB).
-MAX_GRAPH_FILE_BYTES = 1 << 30
 # Ops that mean a function call or functional control flow survived flattening.
 _FUNCTIONAL_OPS = frozenset({
     "PartitionedCall", "StatefulPartitionedCall", "While", "StatelessWhile",
@@ -115,9 +114,13 @@ def from_saved_model(path: str, signature: str = "serving_default"
   """Loads a SavedModel and flattens one of its signatures."""
   if not os.path.isdir(path):
     raise errors.GraphLoadError(f"{path}: not a SavedModel directory")
+  for name in ("saved_model.pb", "saved_model.pbtxt"):
+    if os.path.isfile(os.path.join(path, name)):
+      limits.check_size(os.path.join(path, name))
   try:
     loaded = tf.saved_model.load(path)
-  except (OSError, ValueError, tf.errors.OpError) as e:
+  except (OSError, ValueError, KeyError, TypeError, RecursionError,
+          proto_message.DecodeError, tf.errors.OpError) as e:
     raise errors.GraphLoadError(
         f"{path}: cannot load SavedModel: {errors.first_line(e)}") from e
   signatures = getattr(loaded, "signatures", {})
@@ -135,24 +138,27 @@ def from_graph_file(path: str) -> ExtractedGraph:
   fetches = list(meta_graph.collection_def[FETCH_COLLECTION].node_list.value)
   if not fetches:
     fetches = _signature_fetches(meta_graph) or _sink_nodes(meta_graph.graph_def)
-  return ExtractedGraph(meta_graph=flatten(meta_graph, fetches), fetches=fetches)
+  try:
+    flat = flatten(meta_graph, fetches)
+  except errors.InputError as e:
+    raise type(e)(f"{path}: {e}") from e
+  return ExtractedGraph(meta_graph=flat, fetches=fetches)
 
 
 def read_graph_file(path: str) -> meta_graph_pb2.MetaGraphDef:
-  """Parses a GraphDef/MetaGraphDef file into a MetaGraphDef, or raises."""
-  if not os.path.isfile(path):
-    raise errors.GraphLoadError(f"{path}: no such file")
-  size = os.path.getsize(path)
-  if size == 0:
-    raise errors.GraphLoadError(f"{path}: file is empty")
-  if size > MAX_GRAPH_FILE_BYTES:
-    raise errors.GraphLoadError(
-        f"{path}: file is {size} bytes, over the {MAX_GRAPH_FILE_BYTES}-byte limit")
-  with open(path, "rb") as f:
-    data = f.read()
+  """Parses a GraphDef/MetaGraphDef file into a MetaGraphDef, or raises.
+
+  The file is refused by size before parsing (`limits`), and the graph must
+  import into a `tf.Graph` (known ops, complete attributes, existing inputs,
+  no cycles): Grappler assumes a valid graph and says little when it is not.
+  """
+  data = limits.read_input_file(path)
   if path.endswith((".pbtxt", ".txt")):
-    return _parse_text(path, data)
-  return _parse_binary(path, data)
+    meta_graph = _parse_text(path, data)
+  else:
+    meta_graph = _parse_binary(path, data)
+  _check_importable(path, meta_graph.graph_def)
+  return meta_graph
 
 
 def flatten(meta_graph: meta_graph_pb2.MetaGraphDef,
@@ -206,12 +212,16 @@ def _parse_text(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
       return meta_graph
   except text_format.ParseError:
     pass
+  except RecursionError as e:  # the pure-Python text parser recurses per level
+    raise errors.GraphLoadError(f"{path}: text graph nested too deeply") from e
   graph_def = tf.compat.v1.GraphDef()
   try:
     text_format.Parse(text, graph_def)
   except text_format.ParseError as e:
     raise errors.GraphLoadError(
         f"{path}: not a text GraphDef or MetaGraphDef: {errors.first_line(e)}") from e
+  except RecursionError as e:
+    raise errors.GraphLoadError(f"{path}: text graph nested too deeply") from e
   return _wrap_graph_def(path, graph_def)
 
 
@@ -220,7 +230,7 @@ def _parse_binary(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
   meta_graph = meta_graph_pb2.MetaGraphDef()
   try:
     meta_graph.ParseFromString(data)
-    if _looks_like_graph(meta_graph.graph_def):
+    if _has_named_nodes(meta_graph.graph_def):
       return meta_graph
   except (proto_message.DecodeError, RuntimeWarning, ValueError):
     pass
@@ -235,24 +245,35 @@ def _parse_binary(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
 
 
 def _wrap_graph_def(path: str, graph_def) -> meta_graph_pb2.MetaGraphDef:
-  if not _looks_like_graph(graph_def):
+  if not graph_def.node:
+    raise errors.GraphLoadError(f"{path}: parsed, but the graph has no nodes")
+  if not _has_named_nodes(graph_def):
     raise errors.GraphLoadError(
-        f"{path}: parsed, but holds no graph (no nodes with a name and an op)")
+        f"{path}: parsed, but holds no graph (nodes without a name or an op)")
   meta_graph = meta_graph_pb2.MetaGraphDef()
   meta_graph.graph_def.CopyFrom(graph_def)
   return meta_graph
 
 
-def _looks_like_graph(graph_def) -> bool:
-  """Every node has a name and an op TF knows (registered or in the library)."""
+def _has_named_nodes(graph_def) -> bool:
   return bool(graph_def.node) and all(
-      node.name and (op_def_registry.get(node.op) is not None or
-                     _in_library(node.op, graph_def))
-      for node in graph_def.node)
+      node.name and node.op for node in graph_def.node)
 
 
-def _in_library(op: str, graph_def) -> bool:
-  return any(f.signature.name == op for f in graph_def.library.function)
+def _check_importable(path: str, graph_def) -> None:
+  """GraphLoadError naming the first problem TF's importer finds."""
+  library_ops = {f.signature.name for f in graph_def.library.function}
+  for node in graph_def.node:
+    if op_def_registry.get(node.op) is None and node.op not in library_ops:
+      raise errors.GraphLoadError(
+          f"{path}: node {node.name!r} has op type {node.op!r}, which this "
+          f"TensorFlow ({tf.__version__}) does not know")
+  try:
+    with tf.Graph().as_default():
+      tf.graph_util.import_graph_def(graph_def, name="")
+  except (ValueError, TypeError, KeyError, tf.errors.OpError) as e:
+    raise errors.GraphLoadError(
+        f"{path}: invalid graph: {errors.first_line(e)}") from e
 
 
 def _signature_fetches(meta_graph) -> list:

@@ -5,12 +5,16 @@ lacks, an illegal placement) must come back as invalid Measurements, never as
 exceptions; only malformed arguments raise InputError.
 """
 
+import threading
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from grappler_bridge import extract
 from tf_gdp import errors
+from tf_gdp.bench import reliability_cases
 from tf_gdp.cost import measure
 from tf_gdp.cost import topology
 
@@ -148,3 +152,63 @@ def test_rewrites_switch_changes_only_the_session_config():
   assert off.graph_options.rewrite_options.disable_meta_optimizer
   assert not on.graph_options.rewrite_options.disable_meta_optimizer
   assert not off.allow_soft_placement and off.isolate_session_state
+
+
+def test_check_numerics_failure_is_an_invalid_measurement():
+  @tf.function
+  def step(x):
+    return tf.debugging.check_numerics(tf.math.log(x), "log of x") * 2.0
+
+  extracted = extract.from_function(step, tf.ones([4]))
+  result = measure.measure(extracted, _all_on(extracted, _CPU0), "local",
+                           example_args=[np.array([-1, 1, 1, 1], np.float32)],
+                           warmup=0, repeats=1)
+  assert not result.valid and result.attempts == 1
+  assert result.reason == "kernel error: log of x : Tensor had NaN values"
+
+
+@pytest.mark.skipif(not reliability_cases.oom_test_is_safe(),
+                    reason="vm.overcommit_memory=1 might really allocate")
+def test_out_of_memory_is_an_invalid_measurement():
+  @tf.function
+  def step(n):
+    # 2**46 floats (256 TiB) exceed the address space: the allocation fails
+    # at once, whatever the free memory (TF retries it for ~10 s first).
+    return tf.reduce_sum(tf.fill(tf.stack([n, n]), 1.0))
+
+  extracted = extract.from_function(step, tf.constant(1 << 23))
+  result = measure.measure(extracted, _all_on(extracted, _CPU0), "local",
+                           example_args=[np.int32(1 << 23)], warmup=0,
+                           repeats=1)
+  assert not result.valid
+  assert result.reason.startswith(
+      "out of memory: OOM when allocating tensor with shape[8388608,8388608]")
+
+
+def test_kernel_that_ignores_cancellation_times_out():
+  release = threading.Event()
+
+  def stuck(x):
+    release.wait(30.0)  # TF cannot cancel a Python function
+    return x
+
+  @tf.function
+  def step(x):
+    return tf.py_function(stuck, [x], tf.float32) * 2.0
+
+  extracted = extract.from_function(step, tf.ones([4]))
+  started = time.monotonic()
+  result = measure.measure(extracted, _all_on(extracted, _CPU0), "local",
+                           warmup=0, repeats=1, timeout_s=0.3)
+  elapsed = time.monotonic() - started
+  release.set()
+  assert not result.valid
+  assert result.reason.startswith(
+      "timeout: the step did not return within 1.3 s"), result.reason
+  assert elapsed < 5.0
+
+
+def test_measure_retries_must_be_a_count():
+  extracted, _ = _train_step()
+  with pytest.raises(errors.InputError, match="retries"):
+    measure.measure(extracted, _all_on(extracted, _CPU0), "local", retries=-1)

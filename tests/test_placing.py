@@ -183,3 +183,11 @@ def test_cli_measure_runs_a_placement_file_and_refuses_json(graph, tmp_path):
                            check=False)
   assert refused.returncode == 2
   assert "has no TensorFlow graph to run" in refused.stderr
+
+
+def test_safe_names_stay_inside_the_output_folder():
+  from tf_gdp.graph import identity  # pylint: disable=g-import-not-at-top
+  for name in ("..", ".", "", "...", "../x", "a/../../b"):
+    safe = identity.safe_name(name)
+    assert safe not in (".", "..", "") and "/" not in safe, (name, safe)
+  assert identity.safe_name("gnmt2:batch=8") == "gnmt2_batch_8"

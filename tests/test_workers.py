@@ -50,6 +50,12 @@ def _reaped(cluster, task: int, wait_s: float = 10.0) -> bool:
   return False
 
 
+def _this_code_env():
+  """Environment in which `python -c` imports this checkout's tf_gdp."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return dict(os.environ, PYTHONPATH=root)
+
+
 def _two_task_graph(cluster):
   """Doubles a matrix on task 0 and sums it on task 1."""
   graph = tf.Graph()
@@ -146,7 +152,7 @@ def test_workers_die_with_a_killed_parent(tmp_path):
   """)
   parent = subprocess.Popen([sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True,
-                            cwd=str(tmp_path))
+                            cwd=str(tmp_path), env=_this_code_env())
   try:
     line = parent.stdout.readline()
     pids = [int(p) for p in line.split()]
@@ -162,3 +168,66 @@ def test_bad_worker_count_is_input_error():
     workers.CpuWorkerCluster(0)
   with pytest.raises(errors.InputError):
     workers.CpuWorkerCluster(True)
+
+
+def test_worker_killed_mid_measurement_is_restarted_and_retried(monkeypatch):
+  extracted = _tiny_step()
+  with workers.CpuWorkerCluster(1) as cluster:
+    victim = cluster.pids[0]
+    real_step = measure._Runner.step  # pylint: disable=protected-access
+    kills = []
+
+    def step_that_loses_its_worker(runner):
+      if not kills:  # the first step: the worker dies under it
+        kills.append(victim)
+        os.kill(victim, signal.SIGKILL)
+      return real_step(runner)
+
+    monkeypatch.setattr(measure._Runner, "step", step_that_loses_its_worker)  # pylint: disable=protected-access
+    started = time.monotonic()
+    result = measure.measure(extracted, {}, cluster, warmup=1, repeats=2,
+                             timeout_s=60.0)
+    assert result.valid, result.reason
+    assert result.attempts == 2 and len(result.times_us) == 2
+    assert cluster.restarts == [1] and cluster.pids[0] != victim
+    # Noticed by watching the worker, not by waiting out the 60 s timeout.
+    assert time.monotonic() - started < 40.0
+    # A stuck worker is replaced wholesale (not counted as a restart).
+    before = cluster.pids
+    cluster.restart()
+    assert cluster.pids != before and cluster.restarts == [1]
+    assert all(_gone(pid) for pid in before)
+    pids = cluster.pids
+  assert _gone(victim) and all(_gone(pid) for pid in pids)
+
+
+def test_ctrl_c_while_starting_stops_the_workers(tmp_path):
+  # The parent survives the Ctrl-C; its half-started workers must not.
+  script = textwrap.dedent("""
+      import time
+      from tf_gdp.cost import workers
+
+      class Loud(workers.CpuWorkerCluster):
+        def _spawn(self, task):
+          super()._spawn(task)
+          print(self._procs[task].pid, flush=True)
+
+      cluster = Loud(2, start_timeout_s=600)
+      try:
+        cluster.start()
+      except KeyboardInterrupt:
+        print("interrupted", cluster.alive(), flush=True)
+      time.sleep(600)
+  """)
+  parent = subprocess.Popen([sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, text=True,
+                            cwd=str(tmp_path), env=_this_code_env())
+  try:
+    pids = [int(parent.stdout.readline()) for _ in range(2)]
+    parent.send_signal(signal.SIGINT)
+    assert parent.stdout.readline().strip() == "interrupted [False, False]"
+    assert all(_gone(pid) for pid in pids)
+    assert parent.poll() is None  # the parent lives on
+  finally:
+    parent.kill()
+    parent.wait()

@@ -1,5 +1,8 @@
 """tf-gdp: generalized device placement for TensorFlow dataflow graphs.
 
+    import tf_gdp as gdp
+    step = gdp.place(train_step, x, y, devices="local")  # see tf_gdp.api
+
 Importing this package prepares TensorFlow for TF-GNN (Keras 2 via
 `TF_USE_LEGACY_KERAS=1`) before TensorFlow is imported anywhere; TensorFlow
 itself is imported lazily by the modules that need it.
@@ -10,6 +13,9 @@ from grappler_bridge.tf_env import prepare_tensorflow_environment as _prepare
 _prepare()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_gdp.api import PlacedFunction
+from tf_gdp.api import load_placement
+from tf_gdp.api import place
 from tf_gdp.errors import GraphFormatError
 from tf_gdp.errors import InputError
 from tf_gdp.errors import PlacementError
@@ -23,9 +29,12 @@ __all__ = [
     "GraphFormatError",
     "InputError",
     "OpGraph",
+    "PlacedFunction",
     "PlacementError",
     "__version__",
     "from_document",
     "load_json",
+    "load_placement",
+    "place",
     "save_json",
 ]

@@ -9,4 +9,13 @@ class GraphFormatError(InputError):
   """An op-graph document or JSON file breaks the format's rules."""
 
 
-__all__ = ["GraphFormatError", "GraphLoadError", "InputError", "PlacementError"]
+class InfeasibleError(InputError):
+  """No placement can satisfy the graph's memory or device constraints.
+
+  Raised before a search starts, with the numbers (needed vs available), so
+  that nobody waits for a method to return a placement that cannot run.
+  """
+
+
+__all__ = ["GraphFormatError", "GraphLoadError", "InfeasibleError",
+           "InputError", "PlacementError"]

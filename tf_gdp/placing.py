@@ -24,6 +24,7 @@ from typing import Callable, Dict, Optional, Sequence
 import numpy as np
 
 from grappler_bridge import errors as grappler_errors
+from grappler_bridge import limits
 
 from tf_gdp import errors
 from tf_gdp import fileio
@@ -243,6 +244,20 @@ def save(result: PlaceResult, graph: op_graph.OpGraph, path: str) -> None:
   fileio.write_atomically(path, json.dumps(document(result, graph), indent=1))
 
 
+def read_document(path: str) -> dict:
+  """A placement file's JSON; InputError (one line) if it is not one."""
+  data = limits.read_input_file(path, what="placement file",
+                                error=errors.InputError)
+  try:
+    doc = json.loads(data.decode("utf-8"))
+  except (ValueError, RecursionError) as e:
+    raise errors.InputError(f"{path}: not a placement JSON file: {e}") from e
+  if not isinstance(doc, dict) or doc.get("format") != FORMAT or not (
+      isinstance(doc.get("placement"), dict)):
+    raise errors.InputError(f"{path}: not a tf-gdp placement file")
+  return doc
+
+
 def load(graph: op_graph.OpGraph, topology: topology_lib.Topology,
          path: str) -> np.ndarray:
   """int32 device index per op of `graph` from a placement file.
@@ -252,17 +267,7 @@ def load(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   or extra) or names a device the topology lacks; InputError when the file
   is not a placement file.
   """
-  try:
-    with open(path, encoding="utf-8") as f:
-      doc = json.load(f)
-  except OSError as e:
-    raise errors.InputError(f"{path}: {e.strerror or e}") from e
-  except (ValueError, RecursionError) as e:
-    raise errors.InputError(f"{path}: not a placement JSON file: {e}") from e
-  if not isinstance(doc, dict) or doc.get("format") != FORMAT or not (
-      isinstance(doc.get("placement"), dict)):
-    raise errors.InputError(f"{path}: not a tf-gdp placement file")
-  devices = doc["placement"]
+  devices = read_document(path)["placement"]
   missing = [op for op in graph.node_names if op not in devices]
   extra = len(devices) - (len(graph.node_names) - len(missing))
   if missing or extra:

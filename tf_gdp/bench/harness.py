@@ -19,6 +19,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 
 from tf_gdp import errors
+from tf_gdp.cost import feasibility
 from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
@@ -114,10 +115,16 @@ def bench_graph(loaded: sources.LoadedGraph, label: str, devices: str,
   graph = loaded.graph
   topo = topology_lib.get(devices)
   bound = lower_bound_lib.lower_bound(graph, topo)
+  infeasible = feasibility.problem(graph, topo)  # no method can fit it
   rows = []
   for method in methods:
     row = Row(graph=label, devices=devices, method=method, nodes=graph.num_nodes,
               lower_bound_us=bound)
+    if infeasible:
+      row.reason = f"no placement: {infeasible}"
+      rows.append(row)
+      progress(f"  {label} / {method}: {row.reason}")
+      continue
     started = time.perf_counter()
     try:
       result = baselines.run(method, graph, topo, seed=seed,

@@ -46,9 +46,11 @@ import contextlib
 import dataclasses
 import math
 import statistics
+import threading
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
+                    Sequence)
 
 from grappler_bridge import tf_env
 
@@ -73,6 +75,17 @@ DEFAULT_TIMEOUT_S = 120.0
 _UNKNOWN_INIT_SCALE = 0.05
 _VARIABLE_PREFIX = "tf_gdp_measure"
 _GENERIC_ERROR_LINES = frozenset({"Graph execution error:"})
+# Lines of a TF error that are context, not the error: where the op was
+# defined, node markers, hints.
+_CONTEXT_PREFIXES = ("[[", "Detected at node", 'File "', "Hint:", "[Op:",
+                     "Node:")
+# Measurement retries after a cpu-workers process died mid-run.
+DEFAULT_RETRIES = 2
+# How long a dead worker may take to show as exited (a SIGKILLed TF server
+# has dozens of threads to tear down first).
+_DEATH_WAIT_S = 5.0
+# How often a waiting session call checks that the cluster's workers live.
+_WATCH_PERIOD_S = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,17 +99,20 @@ class Measurement:
       failed kernel, a timeout or an unreachable device.
     reason: why it is invalid (one line), else None.
     target: the target it ran on (e.g. "cpu-workers:2", "local").
+    attempts: runs it took (more than 1 after a worker died and was
+      restarted).
   """
   step_time_us: float
   times_us: tuple = ()
   valid: bool = True
   reason: Optional[str] = None
   target: str = ""
+  attempts: int = 1
 
 
-def invalid(reason: str, target: str = "") -> Measurement:
+def invalid(reason: str, target: str = "", attempts: int = 1) -> Measurement:
   return Measurement(step_time_us=math.nan, valid=False, reason=reason,
-                     target=target)
+                     target=target, attempts=attempts)
 
 
 def measure(extracted: extract.ExtractedGraph,
@@ -108,7 +124,8 @@ def measure(extracted: extract.ExtractedGraph,
             warmup: int = 2,
             repeats: int = 5,
             timeout_s: float = DEFAULT_TIMEOUT_S,
-            graph_rewrites: bool = False) -> Measurement:
+            graph_rewrites: bool = False,
+            retries: int = DEFAULT_RETRIES) -> Measurement:
   """Runs the placed step on `target` and times it.
 
   Args:
@@ -125,9 +142,13 @@ def measure(extracted: extract.ExtractedGraph,
     warmup: unmeasured steps first (the first builds the executors).
     repeats: timed steps; the result is their median.
     timeout_s: limit of each step (and of session setup); a step that takes
-      longer makes the measurement invalid.
+      longer makes the measurement invalid. TF cancels the step then; a
+      kernel that ignores cancellation is abandoned shortly after (its
+      session is closed once it returns; cpu-workers are restarted).
     graph_rewrites: leave Grappler's rewrites on (default off: what runs is
       what was placed).
+    retries: on a cpu-workers target, how many times a run that failed
+      because a worker died is repeated after restarting the dead workers.
 
   Returns:
     A Measurement; runtime failures give valid=False with a reason.
@@ -137,6 +158,8 @@ def measure(extracted: extract.ExtractedGraph,
       unknown target, non-positive repeats...).
   """
   _check_counts(warmup, repeats, timeout_s)
+  if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+    raise errors.InputError(f"retries must be an integer >= 0, got {retries!r}")
   if not isinstance(extracted, extract.ExtractedGraph):
     raise errors.InputError(
         f"measure needs an ExtractedGraph, got {type(extracted).__name__}")
@@ -150,18 +173,33 @@ def measure(extracted: extract.ExtractedGraph,
   with _opened_target(target) as opened:
     if isinstance(opened, Measurement):
       return opened
-    try:
-      with _placed_session(extracted, placed, feeds, opened, timeout_s,
-                           graph_rewrites) as run:
-        for _ in range(warmup):
-          run.step()
-        times = [run.step() for _ in range(repeats)]
-    except _Invalid as e:
-      return invalid(str(e), label)
-    except (tf.errors.OpError, ValueError, TypeError, RuntimeError) as e:
-      return invalid(describe_error(e), label)
+    attempts = 0
+    while True:
+      attempts += 1
+      worker_error = False
+      try:
+        with _placed_session(extracted, placed, feeds, opened, timeout_s,
+                             graph_rewrites) as run:
+          for _ in range(warmup):
+            run.step()
+          times = [run.step() for _ in range(repeats)]
+        break
+      except _WorkerLost as e:
+        reason, worker_error = str(e), True
+      except _Hung as e:
+        _free_hung_workers(opened)
+        return invalid(str(e), label, attempts)
+      except _Invalid as e:
+        reason = str(e)
+      except (tf.errors.OpError, ValueError, TypeError, RuntimeError) as e:
+        reason = describe_error(e)
+        worker_error = isinstance(e, (tf.errors.UnavailableError,
+                                      tf.errors.AbortedError))
+      if attempts > retries or not _restart_dead_workers(opened, worker_error):
+        return invalid(reason, label, attempts)
   return Measurement(step_time_us=float(statistics.median(times)),
-                     times_us=tuple(times), valid=True, target=label)
+                     times_us=tuple(times), valid=True, target=label,
+                     attempts=attempts)
 
 
 def profile_op_times(extracted: extract.ExtractedGraph,
@@ -211,6 +249,9 @@ def profile_op_times(extracted: extract.ExtractedGraph,
         for _ in range(warmup):
           run.step()
         samples = [run.traced_step() for _ in range(repeats)]
+    except _Hung as e:
+      _free_hung_workers(opened)
+      raise RuntimeError(f"cannot profile: {e}") from e
     except (_Invalid, tf.errors.OpError, ValueError) as e:
       raise RuntimeError(f"cannot profile: {describe_error(e)}") from e
   names = {node.name for node in extracted.graph_def.node}
@@ -244,11 +285,11 @@ def describe_error(error: Exception) -> str:
   }.get(type(error), type(error).__name__)
   lines = [line.strip() for line in str(
       getattr(error, "message", error)).splitlines()]
-  # TF prefixes the useful line with a generic header ("Graph execution
-  # error:") and follows it with node and traceback context.
+  # TF wraps the useful line in a generic header ("Graph execution error:"),
+  # where the op was defined (a traceback) and node markers.
   useful = [line for line in lines
             if line and line not in _GENERIC_ERROR_LINES and
-            not line.startswith("[[")]
+            not line.startswith(_CONTEXT_PREFIXES)]
   return f"{kind}: {useful[0] if useful else type(error).__name__}"[:500]
 
 
@@ -277,6 +318,94 @@ def session_config(*, timeout_s: float = DEFAULT_TIMEOUT_S,
 
 class _Invalid(Exception):
   """A measurement that cannot go on; its message is the reason."""
+
+
+class _Hung(_Invalid):
+  """A session call was abandoned before it returned (`thread` runs it)."""
+
+  def __init__(self, message: str, thread: threading.Thread):
+    super().__init__(message)
+    self.thread = thread
+
+
+class _WorkerLost(_Hung):
+  """A cluster worker died while a session call was waiting on it."""
+
+
+def _call_with_deadline(function, seconds: float, what: str,
+                        watch: Optional[Callable[[], Optional[str]]] = None):
+  """`function()` in a helper thread; _Hung if it has not returned in time.
+
+  TF cancels a step at its timeout, but a kernel that ignores cancellation
+  (a Python function, a stuck RPC) keeps `Session.run` waiting; this bounds
+  the wait. `watch` is polled meanwhile: a dead worker (its reason) ends the
+  wait at once with _WorkerLost, where TF's RPCs would retry until the
+  timeout. The abandoned thread is a daemon and finishes on its own.
+  """
+  outcome = {}
+
+  def call():
+    try:
+      outcome["value"] = function()
+    except BaseException as e:  # pylint: disable=broad-except
+      outcome["error"] = e
+
+  thread = threading.Thread(target=call, name="tf_gdp-measure", daemon=True)
+  thread.start()
+  deadline = time.monotonic() + seconds
+  while thread.is_alive() and time.monotonic() < deadline:
+    thread.join(min(_WATCH_PERIOD_S, max(0.0, deadline - time.monotonic()))
+                if watch else seconds)
+    lost = watch() if watch and thread.is_alive() else None
+    if lost:
+      raise _WorkerLost(f"worker unavailable: {lost} during {what}", thread)
+  if thread.is_alive():
+    raise _Hung(f"timeout: {what} did not return within {seconds:.1f} s "
+                "(a kernel that ignores cancellation?)", thread)
+  if "error" in outcome:
+    raise outcome["error"]
+  return outcome.get("value")
+
+
+def _dead_worker(cluster: workers.CpuWorkerCluster) -> Optional[str]:
+  """Which worker of `cluster` has exited, or None."""
+  for task, alive in enumerate(cluster.alive()):
+    if not alive:
+      return f"worker {task} exited"
+  return None
+
+
+def _hard_deadline_s(timeout_s: float) -> float:
+  """TF's own timeout plus time for its cancellation to come back."""
+  return timeout_s + max(1.0, 0.25 * timeout_s)
+
+
+def _restart_dead_workers(opened, worker_error: bool) -> bool:
+  """Restarts workers that died during a run; whether a retry makes sense."""
+  cluster = opened.cluster
+  if cluster is None:
+    return False
+  deadline = time.monotonic() + (_DEATH_WAIT_S if worker_error else 0.0)
+  while all(cluster.alive()) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  if all(cluster.alive()):
+    return False
+  try:
+    cluster.ensure_alive()
+  except workers.WorkerError:
+    return False
+  return True
+
+
+def _free_hung_workers(opened) -> None:
+  """Restarts every worker of a cluster that holds a stuck step.
+
+  Each worker has one inter-op thread, so a stuck kernel would block every
+  later measurement; the restart also ends the abandoned RPC.
+  """
+  if opened.cluster is not None:
+    with contextlib.suppress(workers.WorkerError):
+      opened.cluster.restart()
 
 
 def _check_counts(warmup, repeats, timeout_s) -> None:
@@ -477,25 +606,39 @@ def _small_values(dtype: int, shape) -> np.ndarray:
 class _Runner:
   """Runs one prepared step; `step` returns its wall-clock microseconds."""
 
-  def __init__(self, session, targets, feeds, timeout_s: float):
+  def __init__(self, session, targets, feeds, timeout_s: float,
+               watch: Optional[Callable[[], Optional[str]]] = None):
     self._session = session
     self._targets = targets
     self._feeds = feeds
     self.options = config_pb2.RunOptions(
         timeout_in_ms=max(1, int(timeout_s * 1000)))
+    self.deadline_s = _hard_deadline_s(timeout_s)
+    self.watch = watch
+
+  def run(self, fetches, feeds, what: str, options=None, run_metadata=None):
+    """session.run with the timeout, abandoned (_Hung) if it never returns."""
+    options = options or self.options
+    return _call_with_deadline(
+        lambda: self._session.run(fetches, feeds, options=options,
+                                  run_metadata=run_metadata),
+        self.deadline_s, what, self.watch)
 
   def step(self) -> float:
-    start = time.perf_counter()
-    self._session.run(self._targets, self._feeds, options=self.options)
-    return (time.perf_counter() - start) * 1e6
+    def timed():
+      start = time.perf_counter()
+      self._session.run(self._targets, self._feeds, options=self.options)
+      return (time.perf_counter() - start) * 1e6
+    return _call_with_deadline(timed, self.deadline_s, "the step",
+                               self.watch)
 
   def traced_step(self) -> Dict[str, float]:
     options = config_pb2.RunOptions()
     options.CopyFrom(self.options)
     options.trace_level = config_pb2.RunOptions.FULL_TRACE
     metadata = config_pb2.RunMetadata()
-    self._session.run(self._targets, self._feeds, options=options,
-                      run_metadata=metadata)
+    self.run(self._targets, self._feeds, "the traced step", options=options,
+             run_metadata=metadata)
     per_node: Dict[str, float] = {}
     for device_stats in metadata.step_stats.dev_stats:
       on_device: Dict[str, float] = {}
@@ -525,13 +668,35 @@ def _placed_session(extracted, placed_graph_def, arg_feeds,
              for name, value in runnable.feeds.items()}
   config = session_config(timeout_s=timeout_s, graph_rewrites=graph_rewrites,
                           cpu_devices=cpu_devices)
-  with tf.compat.v1.Session(opened.master, graph=graph,
-                            config=config) as session:
-    _check_devices_exist(session, used, opened.label)
-    runner = _Runner(session, targets, feeds, timeout_s)
+  session = tf.compat.v1.Session(opened.master, graph=graph, config=config)
+  hung = None
+  try:
+    cluster = opened.cluster
+    runner = _Runner(session, targets, feeds, timeout_s,
+                     watch=(lambda: _dead_worker(cluster)) if cluster else None)
+    have = _call_with_deadline(session.list_devices, runner.deadline_s,
+                               "listing the target's devices", runner.watch)
+    _check_devices_exist(have, used, opened.label)
     if init_ops:
-      session.run(init_ops, init_feeds, options=runner.options)
+      runner.run(init_ops, init_feeds, "variable initialization")
     yield runner
+  except _Hung as e:
+    hung = e
+    raise
+  finally:
+    if hung is None:
+      with contextlib.suppress(tf.errors.OpError):  # a master gone by now
+        session.close()
+    else:  # closing now would wait for the stuck call
+      threading.Thread(target=_close_after, args=(hung.thread, session),
+                       name="tf_gdp-measure-close", daemon=True).start()
+
+
+def _close_after(thread: threading.Thread, session) -> None:
+  """Closes an abandoned session once its stuck call has returned."""
+  thread.join()
+  with contextlib.suppress(Exception):  # its master may be gone or restarted
+    session.close()
 
 
 def _initializers(graph, runnable: _RunnableGraph):
@@ -559,8 +724,8 @@ def _local_cpu_count(devices: Sequence[str]) -> int:
   return count
 
 
-def _check_devices_exist(session, used: Sequence[str], label: str) -> None:
-  have = [tf.DeviceSpec.from_string(d.name) for d in session.list_devices()]
+def _check_devices_exist(listed, used: Sequence[str], label: str) -> None:
+  have = [tf.DeviceSpec.from_string(d.name) for d in listed]
   for device in used:
     wanted = tf.DeviceSpec.from_string(device)
     if not any(_matches(wanted, h) for h in have):

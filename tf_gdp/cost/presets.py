@@ -2,7 +2,8 @@
 
 A graph is costed for the machine it will be placed on: `p100x4` prices GPU
 ops as a P100 and CPU ops as a server host CPU; `cpu-workers:K` prices CPU
-ops as one core of this machine. The topology's `hardware` field says which.
+ops as one core of this machine, and so does `local-cpus:K` (this process's
+logical CPU devices). The topology's `hardware` field says which.
 """
 
 from grappler_bridge import hardware
@@ -19,7 +20,11 @@ def names() -> list:
 
 def kind_hardware(devices: str) -> dict:
   """{device kind: HardwareSpec} for a preset name or topology file."""
-  topo = topology.get(devices)
+  return topology_hardware(topology.get(devices))
+
+
+def topology_hardware(topo: topology.Topology) -> dict:
+  """{device kind: HardwareSpec} of a topology built in code or loaded."""
   if not topo.hardware:
     raise errors.InputError(
         f"topology {topo.name!r} has no 'hardware' field saying which hardware "

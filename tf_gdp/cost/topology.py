@@ -33,6 +33,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from grappler_bridge import limits
+
 from tf_gdp import errors
 from tf_gdp import fileio
 
@@ -234,6 +236,41 @@ def _local_cpu_workers(count: int) -> Topology:
                   {"CPU": "local_cpu_core"})
 
 
+# Logical CPU devices of this process (`local-cpus:K`) exchange tensors by a
+# memcpy in shared host memory. Estimate, not measured: one core copies
+# ~10 GB/s (half the ~26 GB/s read+write of `LOCAL_CPU_CORE` in
+# grappler_bridge.hardware), and a cross-device send/recv pair through TF's
+# rendezvous costs a few microseconds.
+_LOCAL_MEMCPY_GBPS, _LOCAL_MEMCPY_LATENCY_US = 10.0, 5.0
+_LOCAL_CPU_MEMORY = 16 * GIB
+
+
+def _local_cpus(count: int) -> Topology:
+  """K logical CPU devices of this process (`/job:localhost/.../CPU:i`).
+
+  The devices `gdp.place()` runs a placed step on without GPUs; they share
+  the process's thread pools, so they model placement, not real parallelism
+  (use cpu-workers:K for that).
+  """
+  devices = tuple(
+      Device(f"/job:localhost/replica:0/task:0/device:CPU:{i}", "CPU",
+             _LOCAL_CPU_MEMORY) for i in range(count))
+  bandwidth = np.full((count, count), _LOCAL_MEMCPY_GBPS)
+  latency = np.full((count, count), _LOCAL_MEMCPY_LATENCY_US)
+  return Topology(f"{LOCAL_CPUS}:{count}", devices, bandwidth, latency,
+                  {"CPU": "local_cpu_core"})
+
+
+def local_gpus(count: int, gpu_spec: str, gpu_memory_bytes: int) -> Topology:
+  """This process's `count` GPUs (all of hardware `gpu_spec`) plus its CPU.
+
+  GPU pairs are assumed to talk over PCIe 3.0: whether NVLink joins them is
+  not visible from TF, and PCIe is the conservative guess.
+  """
+  return _gpu_box(f"local-gpus:{count}", gpu_spec, count, gpu_memory_bytes,
+                  _pcie, _PCIE3_GBPS, _PCIE3_LATENCY_US)
+
+
 _PRESETS = {
     "p100x2": lambda: _gpu_box("p100x2", "p100", 2, 16 * GIB, _pcie,
                                _PCIE3_GBPS, _PCIE3_LATENCY_US),
@@ -245,10 +282,13 @@ _PRESETS = {
                                _PCIE5_GBPS, _PCIE5_LATENCY_US),
 }
 CPU_WORKERS = "cpu-workers"
+LOCAL_CPUS = "local-cpus"
+# Presets with a device count: name -> builder of K devices.
+_COUNTED = {CPU_WORKERS: _local_cpu_workers, LOCAL_CPUS: _local_cpus}
 
 
 def preset_names() -> list:
-  return sorted(_PRESETS) + [f"{CPU_WORKERS}:K"]
+  return sorted(_PRESETS) + [f"{CPU_WORKERS}:K", f"{LOCAL_CPUS}:K"]
 
 
 def calibrated_path(count: int) -> str:
@@ -258,14 +298,14 @@ def calibrated_path(count: int) -> str:
 
 
 def get(spec: str) -> Topology:
-  """A preset name (`p100x4`, `cpu-workers:2`, ...) or a topology JSON file."""
+  """A preset name (`p100x4`, `cpu-workers:2`, `local-cpus:2`, ...) or a file."""
   if spec in _PRESETS:
     return _PRESETS[spec]()
   name, _, count = spec.partition(":")
-  if name == CPU_WORKERS:
+  if name in _COUNTED:
     if not count.isdigit() or not 1 <= int(count) <= 64:
-      raise errors.InputError(f"{spec!r}: use cpu-workers:K with 1 <= K <= 64")
-    return _local_cpu_workers(int(count))
+      raise errors.InputError(f"{spec!r}: use {name}:K with 1 <= K <= 64")
+    return _COUNTED[name](int(count))
   if spec.endswith(".json") or os.path.exists(spec):
     return load(spec)
   raise errors.InputError(
@@ -275,11 +315,11 @@ def get(spec: str) -> Topology:
 
 def load(path: str) -> Topology:
   """Reads a topology JSON file; InputError with one line if it is bad."""
-  if not os.path.isfile(path):
-    raise errors.InputError(f"{path}: no such topology file")
+  data = limits.read_input_file(path, what="topology file",
+                                error=errors.InputError)
   try:
-    with open(path, encoding="utf-8") as f:
-      document = json.load(f, parse_constant=_reject_constant)
+    document = json.loads(data.decode("utf-8"),
+                          parse_constant=_reject_constant)
   except (ValueError, UnicodeDecodeError, RecursionError) as e:
     raise errors.InputError(f"{path}: not a topology JSON file: {e}") from e
   try:
@@ -311,7 +351,8 @@ def from_document(document) -> Topology:
                                 "or neither")
     hardware = {str(k): str(v) for k, v in document.get("hardware", {}).items()}
     name = str(document.get("name", "custom"))
-  except (KeyError, TypeError, ValueError) as e:
+  except (KeyError, TypeError, ValueError, AttributeError,
+          OverflowError) as e:
     raise errors.InputError(f"malformed topology: {type(e).__name__}: {e}") from e
   return Topology(name, devices, bandwidth, latency, hardware, table_bytes,
                   table_us)
@@ -346,8 +387,10 @@ def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
 
 
 def _positive_int(value) -> int:
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ValueError(f"memory_bytes must be a positive integer, got {value!r}")
+  if (isinstance(value, bool) or not isinstance(value, int) or value <= 0
+      or value >= 1 << 62):
+    raise ValueError(
+        f"memory_bytes must be a positive integer below 2**62, got {value!r}")
   return value
 
 

@@ -57,6 +57,9 @@ _TERMINATE_GRACE_S = 5.0
 # Linux prctl option: signal to get when the parent (thread) dies.
 _PR_SET_PDEATHSIG = 1
 _LOG_TAIL_CHARS = 600
+# The folder that holds the tf_gdp package this module belongs to.
+_CODE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
 class WorkerError(RuntimeError):
@@ -160,19 +163,25 @@ class CpuWorkerCluster:
     self._atexit = _register_atexit(self)
     self.restarts = [0] * self.num_workers
     last_error = None
-    for _ in range(port_attempts):
-      self.cluster_spec = {JOB: [f"{_HOST}:{port}"
-                                 for port in _free_ports(self.num_workers)]}
-      try:
-        for task in range(self.num_workers):
-          self._spawn(task)
-        self._wait_reachable(range(self.num_workers))
-        return
-      except WorkerError as e:
-        last_error = e
-        self._terminate_all()
-        if not _looks_like_port_clash(str(e)):
-          break
+    try:
+      for _ in range(port_attempts):
+        self.cluster_spec = {JOB: [f"{_HOST}:{port}"
+                                   for port in _free_ports(self.num_workers)]}
+        try:
+          for task in range(self.num_workers):
+            self._spawn(task)
+          self._wait_reachable(range(self.num_workers))
+          return
+        except WorkerError as e:
+          last_error = e
+          self._terminate_all()
+          if not _looks_like_port_clash(str(e)):
+            break
+    except BaseException:
+      # Ctrl-C or an error while starting: `with` never reaches __exit__
+      # when __enter__ fails, so nothing else would stop these workers.
+      self.stop()
+      raise
     self.stop()
     raise last_error
 
@@ -210,6 +219,19 @@ class CpuWorkerCluster:
       self._wait_reachable(dead)
     return dead
 
+  def restart(self) -> None:
+    """Replaces every worker with a fresh one on the same port.
+
+    For a worker that is alive but stuck (a kernel that ignores
+    cancellation holds its only thread); does not count as a restart.
+    """
+    if not self.cluster_spec[JOB]:
+      raise WorkerError("the cluster is not started")
+    self._terminate_all()
+    for task in range(self.num_workers):
+      self._spawn(task)
+    self._wait_reachable(range(self.num_workers))
+
   def alive(self) -> List[bool]:
     return [p is not None and p.poll() is None for p in self._procs]
 
@@ -230,6 +252,10 @@ class CpuWorkerCluster:
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env["OMP_NUM_THREADS"] = "1"
+    # The worker runs this very tf_gdp, whatever the working directory or
+    # another installed copy would give `-m`.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [_CODE_ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     log_path = os.path.join(self._log_dir, f"worker{task}.log")
     with open(log_path, "ab") as log:
       self._procs[task] = subprocess.Popen(

@@ -23,5 +23,10 @@ def graph_fingerprint(graph: op_graph.OpGraph) -> str:
 
 
 def safe_name(name: str) -> str:
-  """A file-name-safe version of a graph or task name."""
-  return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "task"
+  """A file-name-safe version of a graph or task name.
+
+  Never "." or ".." (or empty): output folders named after graphs must stay
+  inside the output directory.
+  """
+  safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+  return safe if safe.strip(".") else "graph" + safe.replace(".", "_")

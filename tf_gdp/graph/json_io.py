@@ -8,8 +8,9 @@ from their defaults, so import then export gives back the same document.
 
 import json
 import math
-import os
 from typing import Any
+
+from grappler_bridge import limits
 
 from tf_gdp import errors
 from tf_gdp import fileio
@@ -19,7 +20,13 @@ FORMAT = "tf-gdp-opgraph"
 VERSION = 1
 MAX_NODES = 5_000_000
 MAX_EDGES = 50_000_000
-MAX_FILE_BYTES = 2 << 30
+# A cost above ~31 years per op is a unit or overflow bug, and sums of such
+# values would turn step times into inf.
+MAX_COST_US = 1e15
+# Totals of bytes stay well inside int64 (the simulator adds them up).
+MAX_TOTAL_BYTES = 1 << 62
+# `metadata` is the one free-form field; deeper nesting than this is not data.
+MAX_METADATA_DEPTH = 32
 
 _NODE_FIELDS = frozenset({"name", "op", "cost", "output_bytes", "memory_bytes",
                           "temp_bytes", "colocation_group", "device_kinds",
@@ -30,19 +37,15 @@ _TOP_FIELDS = frozenset({"format", "version", "name", "nodes", "edges",
 
 
 def load_json(path: str) -> op_graph.OpGraph:
-  """Reads an op-graph JSON file; raises GraphFormatError / GraphLoadError."""
-  if not os.path.isfile(path):
-    raise errors.GraphLoadError(f"{path}: no such file")
-  size = os.path.getsize(path)
-  if size == 0:
-    raise errors.GraphLoadError(f"{path}: file is empty")
-  if size > MAX_FILE_BYTES:
-    raise errors.GraphLoadError(
-        f"{path}: file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+  """Reads an op-graph JSON file; raises GraphFormatError / GraphLoadError.
+
+  The file is refused by size before it is parsed (`grappler_bridge.limits`,
+  env TF_GDP_MAX_INPUT_BYTES); nesting deeper than the interpreter's
+  recursion limit is refused by the parser.
+  """
+  data = limits.read_input_file(path, error=errors.GraphLoadError)
   try:
-    with open(path, "rb") as f:
-      document = json.loads(f.read().decode("utf-8"),
-                            parse_constant=_reject_constant)
+    document = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
   except UnicodeDecodeError as e:
     raise errors.GraphLoadError(f"{path}: not UTF-8 text") from e
   except json.JSONDecodeError as e:
@@ -134,6 +137,8 @@ def from_document(document: Any) -> op_graph.OpGraph:
     outputs.append(output)
 
   back_edges = []
+  _expect(isinstance(document.get("back_edges", []), list),
+          "back_edges must be a list")
   for j, edge in enumerate(document.get("back_edges", [])):
     _expect(isinstance(edge, dict) and set(edge) == {"src", "dst"},
             f"back_edge {j} must be an object with src and dst")
@@ -145,6 +150,8 @@ def from_document(document: Any) -> op_graph.OpGraph:
           "fetches must be a list of node names")
   metadata = document.get("metadata", {})
   _expect(isinstance(metadata, dict), "metadata must be an object")
+  _check_depth(metadata, "metadata", MAX_METADATA_DEPTH)
+  _check_totals(columns, nbytes)
 
   return op_graph.OpGraph.build(
       name=name, node_names=columns["names"], op_types=columns["ops"],
@@ -223,9 +230,15 @@ def _optional_string(node: dict, key: str, where: str):
 def _number(value, where: str) -> float:
   _expect(isinstance(value, (int, float)) and not isinstance(value, bool),
           f"{where} must be a number")
+  try:
+    value = float(value)
+  except OverflowError:  # an int with hundreds of digits
+    value = math.inf
   _expect(math.isfinite(value) and value >= 0,
           f"{where} is {value!r}: must be finite and >= 0")
-  return float(value)
+  _expect(value <= MAX_COST_US,
+          f"{where} is {value!r} us: over the limit of {MAX_COST_US:g} us")
+  return value
 
 
 def _count(value, where: str) -> int:
@@ -249,10 +262,34 @@ def _shapes(value, where: str):
     if shape is None:
       shapes.append(None)
       continue
-    _expect(isinstance(shape, list) and all(_is_int(d) and d >= -1 for d in shape),
-            f"{where}: each output shape must be a list of integers >= -1 or null")
+    _expect(isinstance(shape, list) and all(
+        _is_int(d) and -1 <= d < MAX_TOTAL_BYTES for d in shape),
+            f"{where}: each output shape must be a list of integers in "
+            "[-1, 2**62) or null")
     shapes.append(tuple(shape))
   return tuple(shapes)
+
+
+def _check_depth(value, where: str, limit: int) -> None:
+  """GraphFormatError if `value` nests containers deeper than `limit`."""
+  stack = [(value, 1)]
+  while stack:
+    item, depth = stack.pop()
+    if isinstance(item, (dict, list)):
+      _expect(depth <= limit, f"{where} is nested deeper than {limit} levels")
+      children = item.values() if isinstance(item, dict) else item
+      stack.extend((child, depth + 1) for child in children)
+
+
+def _check_totals(columns: dict, edge_bytes: list) -> None:
+  """Sums of byte counts must fit comfortably in the simulator's int64."""
+  for key in ("output_bytes", "memory_bytes", "temp_bytes"):
+    total = sum(columns[key])
+    _expect(total < MAX_TOTAL_BYTES,
+            f"{key} add up to {total} bytes: over the limit of 2**62")
+  total = sum(edge_bytes)
+  _expect(total < MAX_TOTAL_BYTES,
+          f"edge bytes add up to {total} bytes: over the limit of 2**62")
 
 
 def _reject_constant(name: str):

@@ -9,6 +9,8 @@ import dataclasses
 import os
 from typing import Optional
 
+from grappler_bridge import limits
+
 from tf_gdp import errors
 from tf_gdp.cost import presets
 from tf_gdp.graph import json_io
@@ -33,6 +35,7 @@ def load(path: str, *, devices: str = presets.DEFAULT, signature: str =
   elif path.endswith(".json"):
     return LoadedGraph(json_io.load_json(path))
   elif path.endswith(_TF_GRAPH_SUFFIXES):
+    limits.check_size(path)  # before the slow TensorFlow import
     from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
     extracted = extract.from_graph_file(path)
   elif not os.path.exists(path):

@@ -1,0 +1,494 @@
+"""`gdp.place()`: place a tf.function's ops on devices and run it placed.
+
+    import tf_gdp as gdp
+
+    step = gdp.place(train_step, x, y, devices="local", method="gdp")
+    loss = step(x, y)        # runs with the placement, updates the variables
+    step.placement           # op name -> device
+    step.report()            # predicted step time, baselines, bound, memory
+    step.save("step.placement.json")
+
+    again = gdp.place(train_step, x, y, devices="local",
+                      placement=gdp.load_placement("step.placement.json"))
+
+    @gdp.place(devices="local-cpus:2", method="metis")
+    def step(x, y): ...      # placed on the first call, for its arguments
+
+The function is traced once for the example arguments, flattened into one
+graph (`grappler_bridge.extract`), costed for the devices' hardware, placed
+by `tf_gdp.placing` (or a placement file is re-applied by op name), and run
+through `grappler_bridge.rewrite.placed_function`, which feeds the caller's
+own variable handles: a placed training step updates the same variables.
+TensorFlow is imported only when a function is placed.
+"""
+
+import dataclasses
+import functools
+import inspect
+import logging
+import os
+import threading
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+
+from tf_gdp import errors
+from tf_gdp import placing
+from tf_gdp.cost import presets
+from tf_gdp.cost import topology as topology_lib
+
+# `devices=LOCAL`: this process's GPUs if it has any, else its CPU devices.
+LOCAL = "local"
+# `method` a report shows for a placement re-applied from a file.
+LOADED = "loaded"
+SIMULATE, MEASURE = "simulate", "measure"
+BACKENDS = (SIMULATE, MEASURE)
+# GPU hardware specs recognized in a local GPU's name (grappler_bridge.hardware).
+_GPU_SPECS = ("h100", "v100", "p100")
+_LOCAL_JOB = "localhost"
+
+Devices = Union[str, os.PathLike, topology_lib.Topology]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedPlacement:
+  """A placement file, to hand back to `place(..., placement=...)`.
+
+  Attributes:
+    path: the file; `place` re-reads it and applies it by op name.
+    method: the method that found it.
+    graph_name, topology_name: what it was made for.
+    devices: op name -> device, as stored.
+    step_time_us: the step time predicted when it was saved.
+  """
+  path: str
+  method: str
+  graph_name: str
+  topology_name: str
+  devices: Dict[str, str]
+  step_time_us: Optional[float]
+
+
+def load_placement(path: Union[str, os.PathLike]) -> LoadedPlacement:
+  """Reads a placement file written by `PlacedFunction.save`; InputError if bad."""
+  path = os.fspath(path)
+  document = placing.read_document(path)
+  return LoadedPlacement(
+      path=path, method=str(document.get("method", "")),
+      graph_name=str(document.get("graph", "")),
+      topology_name=str(document.get("topology", "")),
+      devices=dict(document["placement"]),
+      step_time_us=document.get("step_time_us"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+  """How to place; checked when `place` is called, before any tracing."""
+  devices: Devices
+  method: str
+  budget: float
+  backend: str
+  compare: tuple
+  seed: int
+  placement: Optional[LoadedPlacement]
+  policy: Optional[str]
+
+  def __post_init__(self):
+    methods = placing.method_names()
+    if self.placement is None and self.method not in methods:
+      raise errors.InputError(
+          f"unknown method {self.method!r}; choose from {', '.join(methods)}")
+    if self.backend not in BACKENDS:
+      raise errors.InputError(
+          f"unknown backend {self.backend!r}; use one of {', '.join(BACKENDS)}")
+    if isinstance(self.budget, bool) or not isinstance(
+        self.budget, (int, float)) or not self.budget >= 0:
+      raise errors.InputError(f"budget must be seconds >= 0, got {self.budget!r}")
+    for name in self.compare:
+      if name not in methods or name == placing.GDP:
+        raise errors.InputError(f"cannot compare with {name!r}: not a baseline")
+    if not isinstance(self.placement, (LoadedPlacement, type(None))):
+      raise errors.InputError(
+          "placement must come from gdp.load_placement (or be its path), got "
+          f"{type(self.placement).__name__}")
+    if not isinstance(self.devices, (str, os.PathLike, topology_lib.Topology)):
+      raise errors.InputError(
+          "devices must be a preset name, a topology JSON path or a Topology, "
+          f"got {type(self.devices).__name__}")
+
+
+def place(fn: Optional[Callable] = None, *example_args,
+          devices: Devices = LOCAL, method: str = placing.GDP,
+          budget: float = 0.0, backend: str = SIMULATE,
+          compare: Sequence[str] = placing.DEFAULT_COMPARE, seed: int = 0,
+          placement: Union[None, LoadedPlacement, str, os.PathLike] = None,
+          policy: Optional[str] = None,
+          example_kwargs: Optional[Mapping[str, Any]] = None):
+  """Places `fn` on `devices`; returns a `PlacedFunction` (or a decorator).
+
+  Args:
+    fn: a tf.function or a plain Python function (wrapped in tf.function).
+      Left out, `place(...)` returns a decorator.
+    *example_args: arguments to trace `fn` with; placement happens now.
+      Without them (and `example_kwargs`), it happens on the first call.
+    devices: a preset name (`p100x4`, `local-cpus:2`, ...), a topology JSON
+      path, a `Topology`, or "local" (this process's GPUs if any, else its
+      logical CPU devices as `local-cpus:K`).
+    method: "gdp" (the shipped policy) or a baseline (`placing.method_names`).
+    budget: gdp: seconds of fine-tuning on this graph after zero-shot.
+    backend: "simulate" (predicted step times) or "measure" (also time the
+      chosen placement on the devices with the TF runtime).
+    compare: baselines simulated beside the method for the report.
+    seed: seeds sampling and randomized methods.
+    placement: a `load_placement` result (or its path): applied by op name
+      instead of searching; `method`, `budget` and `policy` are then unused.
+    policy: gdp: a saved policy directory instead of the shipped one.
+    example_kwargs: keyword arguments to trace `fn` with.
+
+  Raises:
+    InputError: bad options; PlacementError: a placement that does not fit
+      the function's graph or breaks a device constraint.
+  """
+  if isinstance(compare, str):
+    compare = (compare,)
+  if isinstance(placement, (str, os.PathLike)):
+    placement = load_placement(placement)
+  options = _Options(devices=devices, method=method, budget=budget,
+                     backend=backend, compare=tuple(compare), seed=seed,
+                     placement=placement, policy=policy)
+  if fn is None:
+    if example_args or example_kwargs:
+      raise errors.InputError("example arguments given without a function")
+    return functools.partial(PlacedFunction, options=options)
+  placed = PlacedFunction(fn, options=options)
+  if example_args or example_kwargs:
+    placed.place_for(*example_args, **dict(example_kwargs or {}))
+  return placed
+
+
+@dataclasses.dataclass
+class _Placed:
+  """Everything one placement of one trace needs to run and to report."""
+  concrete: Any  # the ConcreteFunction that was placed
+  extracted: Any  # grappler_bridge.extract.ExtractedGraph
+  graph: Any  # tf_gdp.graph.OpGraph
+  topology: topology_lib.Topology
+  result: placing.PlaceResult
+  device_map: Dict[str, str]
+  measured: Optional[dict] = None
+  runner: Optional[Callable] = None
+
+
+class PlacedFunction:
+  """`fn` with every op on the device its placement chose.
+
+  Calling it runs the placed step and returns what `fn` returns. It is placed
+  for one trace of `fn` (the example arguments' shapes and dtypes); a call
+  that needs another trace raises InputError.
+  """
+
+  def __init__(self, fn: Callable, *, options: _Options):
+    if not callable(fn):
+      raise errors.InputError(
+          f"gdp.place needs a function, got {type(fn).__name__}")
+    self._fn = _as_tf_function(fn)
+    self._options = options
+    self._state: Optional[_Placed] = None
+    self._lock = threading.Lock()
+    python_function = self._fn.python_function
+    functools.update_wrapper(self, python_function, updated=())
+    if not getattr(self, "__name__", None):  # e.g. a callable object
+      self.__name__ = type(python_function).__name__
+    # Binds a call's arguments with fn's defaults, as tracing did.
+    self._signature = inspect.signature(python_function)
+
+  # ---- placing ---------------------------------------------------------------
+
+  def place_for(self, *args, **kwargs) -> "PlacedFunction":
+    """Traces `fn` for these arguments and places it (once); returns self."""
+    with self._lock:
+      if self._state is None:
+        self._state = self._place(args, kwargs)
+    return self
+
+  def _place(self, args, kwargs) -> _Placed:
+    from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
+    options = self._options
+    topo = resolve_devices(options.devices)
+    concrete = self._fn.get_concrete_function(*args, **kwargs)
+    extracted = extract.from_concrete_function(concrete)
+    runs_here = _runs_here(topo)
+    graph = _op_graph(extracted, topo, name=self.__name__,
+                      pin_captures=runs_here)
+    if options.placement is not None:
+      result = _reapply(graph, topo, options.placement, options.compare,
+                        options.seed)
+    else:
+      result = placing.place(
+          graph, topo, options.method, budget_seconds=float(options.budget),
+          policy=options.policy, seed=options.seed, compare=options.compare,
+          extracted=extracted)
+    if not result.valid:
+      logging.warning("%s: the placement on %s is predicted invalid: %s",
+                      self.__name__, topo.name, result.reason)
+    device_map = result.device_map(graph)
+    _check_constraints(extracted, device_map, runs_here)
+    state = _Placed(concrete, extracted, graph, topo, result, device_map)
+    if options.backend == MEASURE:
+      state.measured = _measure(state, self._flat_args(state, args, kwargs),
+                                runs_here)
+    return state
+
+  # ---- running ---------------------------------------------------------------
+
+  def __call__(self, *args, **kwargs):
+    if self._state is None:
+      self.place_for(*args, **kwargs)
+    state = self._state
+    flat = self._flat_args(state, args, kwargs)
+    if state.runner is None:
+      from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
+      state.runner = rewrite.placed_function(state.extracted, state.device_map)
+    return _pack_outputs(state.concrete.structured_outputs,
+                         state.runner(*flat))
+
+  def _flat_args(self, state: _Placed, args, kwargs) -> list:
+    """The call's tensor arguments in the order of the traced graph's inputs."""
+    concrete = self._fn.get_concrete_function(*args, **kwargs)
+    if concrete is not state.concrete:
+      raise errors.InputError(
+          f"{self.__name__} was placed for inputs "
+          f"{_describe_inputs(state.concrete)}, but this call needs another "
+          f"trace ({_describe_inputs(concrete)}); place it again for them")
+    try:
+      bound = self._signature.bind(*args, **kwargs)
+    except TypeError as e:
+      raise errors.InputError(f"{self.__name__}: {e}") from e
+    bound.apply_defaults()
+    function_type = concrete.function_type
+    return list(function_type.unpack_inputs(
+        function_type.bind(*bound.args, **bound.kwargs)))
+
+  # ---- results ---------------------------------------------------------------
+
+  @property
+  def placement(self) -> Dict[str, str]:
+    """op name -> device name."""
+    return dict(self._placed().device_map)
+
+  @property
+  def topology(self) -> topology_lib.Topology:
+    return self._placed().topology
+
+  @property
+  def result(self) -> placing.PlaceResult:
+    return self._placed().result
+
+  def report(self) -> dict:
+    """`PlaceResult.report()` plus memory and op counts per device by name."""
+    state = self._placed()
+    report = state.result.report()
+    names = state.result.device_names
+    counts = {name: 0 for name in names}
+    for device in state.device_map.values():
+      counts[device] += 1
+    bound = state.result.lower_bound_us
+    report.update(
+        backend=self._options.backend,
+        predicted_step_time_us=state.result.step_time_us,
+        ratio_to_lower_bound=(state.result.step_time_us / bound
+                              if bound > 0 else None),
+        memory_per_device=dict(zip(names, report["peak_memory_bytes"])),
+        memory_capacity_bytes=dict(
+            zip(names, (int(b) for b in state.topology.memory_bytes))),
+        ops_per_device=counts)
+    if state.measured is not None:
+      report["measured"] = dict(state.measured)
+    return report
+
+  def save(self, path: Union[str, os.PathLike]) -> None:
+    """Writes the placement file (atomically), for `load_placement`."""
+    state = self._placed()
+    placing.save(state.result, state.graph, os.fspath(path))
+
+  def _placed(self) -> _Placed:
+    if self._state is None:
+      raise errors.InputError(
+          f"{self.__name__} is not placed yet: call it once, or pass example "
+          "arguments to gdp.place")
+    return self._state
+
+  def __repr__(self) -> str:
+    where = (f"on {self._state.topology.name} by {self._state.result.method}"
+             if self._state else "not placed yet")
+    return f"<PlacedFunction {self.__name__} {where}>"
+
+
+# ---- devices -------------------------------------------------------------------
+
+
+def resolve_devices(devices: Devices) -> topology_lib.Topology:
+  """The topology `devices` names; "local" is this process's devices."""
+  if isinstance(devices, topology_lib.Topology):
+    return devices
+  devices = os.fspath(devices)
+  if devices == LOCAL:
+    return _local_topology()
+  return topology_lib.get(devices)
+
+
+def _local_topology() -> topology_lib.Topology:
+  """Attached GPUs if any (plus the host CPU), else `local-cpus:K`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  gpus = tf.config.list_logical_devices("GPU")
+  if gpus:
+    return _local_gpu_topology(len(gpus), _local_gpu_name())
+  count = len(tf.config.list_logical_devices("CPU"))
+  return topology_lib.get(f"{topology_lib.LOCAL_CPUS}:{count}")
+
+
+def _local_gpu_name() -> str:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  physical = tf.config.list_physical_devices("GPU")
+  details = tf.config.experimental.get_device_details(physical[0])
+  return str(details.get("device_name", "an unknown GPU"))
+
+
+def _local_gpu_topology(count: int, gpu_name: str) -> topology_lib.Topology:
+  """`count` GPUs named `gpu_name`, priced by the spec its name mentions."""
+  from grappler_bridge import hardware  # pylint: disable=g-import-not-at-top
+  spec = next((s for s in _GPU_SPECS if s in gpu_name.lower()), None)
+  if spec is None:
+    raise errors.InputError(
+        f"no hardware spec for the local GPU {gpu_name!r} (known: "
+        f"{', '.join(_GPU_SPECS)}); pass devices= a preset or a topology file")
+  return topology_lib.local_gpus(count, spec,
+                                 hardware.get_spec(spec).memory_bytes)
+
+
+def _runs_here(topo: topology_lib.Topology) -> bool:
+  """Whether every device of the topology is a device of this process.
+
+  Only then does calling the placed function run it (on the caller's own
+  variables); other topologies are placed for a plan, a file or `measure`.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  local = {_full_name(d.name) for d in tf.config.list_logical_devices()}
+  return all(_full_name(name) in local for name in topo.device_names)
+
+
+def _full_name(device: str) -> str:
+  """`device` with this process's job, replica and task filled in."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  here = tf.DeviceSpec(job=_LOCAL_JOB, replica=0, task=0)
+  return here.make_merged_spec(tf.DeviceSpec.from_string(device)).to_string()
+
+
+# ---- tracing, costing, judging --------------------------------------------------
+
+
+def _as_tf_function(fn: Callable):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if isinstance(fn, tf.types.experimental.ConcreteFunction):
+    raise errors.InputError(
+        "pass the tf.function (or Python function), not a ConcreteFunction: "
+        "calls are matched to its trace by their arguments")
+  if isinstance(fn, tf.types.experimental.PolymorphicFunction):
+    return fn
+  return tf.function(fn)
+
+
+def _op_graph(extracted, topo: topology_lib.Topology, *, name: str,
+              pin_captures: bool):
+  """Costs the flat graph for the topology's hardware.
+
+  When the placed step runs here it runs on the caller's variables, which
+  stay on the device they live on: with `pin_captures` their ops are pinned
+  there.
+  """
+  from grappler_bridge import costs  # pylint: disable=g-import-not-at-top
+  from tf_gdp.graph import json_io  # pylint: disable=g-import-not-at-top
+  pins = {}
+  if pin_captures:
+    pins = {capture: device for capture, device in
+            zip(extracted.capture_names, extracted.capture_devices) if device}
+  document = costs.op_graph_document(
+      extracted, presets.topology_hardware(topo), name=name, pinned=pins)
+  document.setdefault("metadata", {}).update({"devices": topo.name})
+  return json_io.from_document(document)
+
+
+def _reapply(graph, topo: topology_lib.Topology, loaded: LoadedPlacement,
+             compare: Sequence[str], seed: int) -> placing.PlaceResult:
+  """A saved placement judged like a searched one, without any search."""
+  from tf_gdp.cost import lower_bound  # pylint: disable=g-import-not-at-top
+  from tf_gdp.cost import simulator  # pylint: disable=g-import-not-at-top
+  indices = placing.load(graph, topo, loaded.path)
+  sim = simulator.simulate(graph, indices, topo)
+  result = placing.PlaceResult(
+      graph_name=graph.name, topology_name=topo.name, method=LOADED,
+      device_names=topo.device_names, placement=indices,
+      step_time_us=sim.step_time_us, valid=sim.valid, reason=sim.reason,
+      search_seconds=0.0, evaluations=0,
+      peak_memory_bytes=sim.peak_memory_bytes.tolist(),
+      busy_us=sim.device_busy_us.tolist(), transfer_bytes=sim.transfer_bytes,
+      lower_bound_us=float(lower_bound.lower_bound(graph, topo)),
+      details={"loaded_from": loaded.path, "found_by": loaded.method})
+  for name in compare:
+    result.compared[name] = _baseline(name, graph, topo, seed)
+  return result
+
+
+def _baseline(name: str, graph, topo, seed: int) -> dict:
+  try:
+    found = placing.place(graph, topo, name, seed=seed, compare=())
+  except errors.InputError as e:  # e.g. no expert rules for this graph
+    return {"error": errors.first_line(e)}
+  return {"step_time_us": found.step_time_us, "valid": found.valid,
+          "search_seconds": found.search_seconds}
+
+
+def _check_constraints(extracted, device_map: Mapping[str, str],
+                       runs_here: bool) -> None:
+  """PlacementError now, not at the first call, for a placement TF rejects."""
+  from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
+  placed = rewrite.apply_placement(extracted.graph_def, device_map)
+  if runs_here:
+    rewrite.check_captures_stay(placed, extracted)
+
+
+def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
+  """Times the chosen placement with the TF runtime on its devices."""
+  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  if runs_here:
+    target = measure.LOCAL
+  elif state.topology.name.startswith(topology_lib.CPU_WORKERS + ":"):
+    target = state.topology.name
+  else:
+    raise errors.InputError(
+        f"backend='measure' cannot reach the devices of {state.topology.name!r}"
+        ": use local devices or cpu-workers:K")
+  found = measure.measure(state.extracted, state.device_map, target,
+                          example_args=flat_args)
+  return {"step_time_us": found.step_time_us, "valid": found.valid,
+          "reason": found.reason, "target": found.target,
+          "times_us": list(found.times_us)}
+
+
+# ---- outputs -------------------------------------------------------------------
+
+
+def _pack_outputs(structured, flat_outputs):
+  """`fn`'s output structure with the placed run's tensors in it.
+
+  The flat outputs are the tensors of `structured` in flattening order;
+  leaves that are not tensors (None, Python numbers) were returned as-is.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  outputs = iter(flat_outputs)
+  leaves = [next(outputs) if isinstance(leaf, tf.Tensor) else leaf
+            for leaf in tf.nest.flatten(structured, expand_composites=True)]
+  return tf.nest.pack_sequence_as(structured, leaves, expand_composites=True)
+
+
+def _describe_inputs(concrete) -> str:
+  args, kwargs = concrete.structured_input_signature
+  return str(tuple(args) + ((kwargs,) if kwargs else ()))
