@@ -21,6 +21,7 @@ _INSTALL_REQUIRES = [
     "absl-py>=2.0",
     "numba>=0.68,<0.69",  # compiles the simulator core
     "scipy>=1.11",  # HiGHS LPs (lower bound with 3+ kinds, m-SCT)
+    "matplotlib>=3.8",  # `place` writes Gantt charts (tf_gdp.viz)
 ]
 
 setuptools.setup(
@@ -33,6 +34,10 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["tf_gdp", "tf_gdp.*",
                                                "grappler_bridge",
                                                "grappler_bridge.*"]),
+    # Data shipped inside the wheel: the pre-trained policy (a tf.train.Checkpoint
+    # and its JSON side files, any depth under tf_gdp/pretrained/) and any JSON
+    # data file of the package. MANIFEST.in lists the same for the sdist.
+    package_data={"tf_gdp": ["pretrained/**/*", "**/*.json"]},
     install_requires=_INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"],

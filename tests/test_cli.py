@@ -122,3 +122,13 @@ def test_export_metagraph_pb_and_inspect_it(tmp_path):
   info = json.loads(inspected.stdout)
   assert info["nodes"] > 500 and info["back_edges"] == 0
   assert info["total_cost_us"]["GPU"] > 0
+
+
+@pytest.mark.parametrize("command,flag", [("place", "--graphs"),
+                                          ("measure", "--placement"),
+                                          ("pretrain", "--budget_iterations")])
+def test_command_help_lists_the_command_flags(command, flag):
+  result = _cli(command, "--help")
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.startswith(f"usage: tf-gdp {command}")
+  assert flag in result.stdout

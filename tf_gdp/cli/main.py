@@ -49,4 +49,7 @@ def run(argv=None) -> None:
                      f"{', '.join(COMMANDS)}; see tf-gdp --help)\n")
     sys.exit(2)
   module = importlib.import_module(COMMANDS[command][0])
+  if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[2:]):
+    print(runner.command_help(module, f"tf-gdp {command}"))
+    sys.exit(0)
   runner.run_command(module.main, [f"tf-gdp {command}"] + argv[2:])

@@ -16,6 +16,18 @@ from tf_gdp import errors
 FLAGS = flags.FLAGS
 
 
+def command_help(module, program: str) -> str:
+  """A command's usage: its module docstring, then its own flags in full.
+
+  absl's `--help` lists only the flags of the `__main__` module, which for
+  `python -m tf_gdp` is the dispatcher, not the command.
+  """
+  doc = (module.__doc__ or "").strip()
+  own = FLAGS.module_help(module.__name__)
+  return (f"usage: {program} [--flags]\n\n{doc}\n\nflags:\n{own}\n\n"
+          "Try --helpfull for absl's and TensorFlow's flags too.")
+
+
 def run_command(main, argv) -> None:
   app.run(lambda args: _guarded(main, args), argv=argv, flags_parser=_parse_flags)
 
