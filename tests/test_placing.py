@@ -191,3 +191,45 @@ def test_safe_names_stay_inside_the_output_folder():
     safe = identity.safe_name(name)
     assert safe not in (".", "..", "") and "/" not in safe, (name, safe)
   assert identity.safe_name("gnmt2:batch=8") == "gnmt2_batch_8"
+
+
+def test_saved_model_in_placed_saved_model_out(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
+
+  class Model(tf.Module):
+
+    def __init__(self):
+      super().__init__()
+      self.w = tf.Variable(tf.random.stateless_normal([8, 8], seed=[1, 2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([4, 8], tf.float32)])
+    def __call__(self, x):
+      return {"y": tf.tanh(tf.matmul(tf.tanh(tf.matmul(x, self.w)), self.w))}
+
+  model = Model()
+  source = str(tmp_path / "model")
+  tf.saved_model.save(model, source, signatures={"serving_default":
+                                                 model.__call__})
+  loaded = sources.load(source, devices="local-cpus:2")
+  assert loaded.saved_model_signature == "serving_default"
+  topology = topology_lib.get("local-cpus:2")
+  result = placing.place(loaded.graph, topology, "round_robin", compare=())
+  assert len(set(result.placement.tolist())) == 2
+  out = tmp_path / "out"
+  place_batch.write_outputs(str(out), loaded, topology, result,
+                            pictures=False, write_graph=True)
+  assert (out / "placed_graph.pb").is_file()
+  saved = saved_model_pb2.SavedModel.FromString(
+      (out / "placed_saved_model" / "saved_model.pb").read_bytes())
+  devices = {node.device for meta in saved.meta_graphs
+             for function in meta.graph_def.library.function
+             for node in function.node_def}
+  assert any(d.endswith("CPU:1") for d in devices), devices
+  reloaded = tf.saved_model.load(str(out / "placed_saved_model"))
+  serve = reloaded.signatures["serving_default"]
+  (name,) = serve.structured_input_signature[1]
+  x = tf.random.stateless_normal([4, 8], seed=[3, 4])
+  np.testing.assert_allclose(serve(**{name: x})["y"].numpy(),
+                             model(x)["y"].numpy(), rtol=1e-5, atol=1e-6)

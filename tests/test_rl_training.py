@@ -289,6 +289,19 @@ def test_best_placements_are_pictured_in_tensorboard(tmp_path):
   assert {"best/two_chains4_gpus/gantt", "best/two_chains4_gpus/devices"} <= tags, tags
 
 
+def test_a_root_holding_another_run_is_refused(tmp_path):
+  config = train_lib.TrainConfig(samples_per_graph=2, graphs_per_iteration=1)
+  first = environment.PlacementEnv([environment.PlacementTask(two_chains(),
+                                                              gpus())])
+  train_lib.Trainer(first, tiny_policy("feedforward"), config=config,
+                    root_dir=str(tmp_path), log=lambda line: None)
+  other = environment.PlacementEnv([environment.PlacementTask(
+      two_chains(length=3), gpus())])
+  with pytest.raises(errors.InputError, match="holds a run over other graphs"):
+    train_lib.Trainer(other, tiny_policy("feedforward"), config=config,
+                      root_dir=str(tmp_path), log=lambda line: None)
+
+
 def test_a_second_process_cannot_train_into_a_busy_root(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, "-c",

@@ -24,6 +24,8 @@ class LoadedGraph:
   """An op graph plus, when it came from TensorFlow, its flat MetaGraphDef."""
   graph: op_graph.OpGraph
   extracted: Optional[object] = None  # grappler_bridge.extract.ExtractedGraph
+  # The signature it was flattened from, when it came from a SavedModel.
+  saved_model_signature: Optional[str] = None
 
 
 def load(path: str, *, devices: str = presets.DEFAULT, signature: str =
@@ -46,7 +48,8 @@ def load(path: str, *, devices: str = presets.DEFAULT, signature: str =
         "SavedModel directory)")
   name = os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
   return LoadedGraph(cost(extracted, name=name, devices=devices,
-                          cross_check=cross_check), extracted)
+                          cross_check=cross_check), extracted,
+                     signature if os.path.isdir(path) else None)
 
 
 def load_model(model: str, *, knobs: str = "", devices: str = presets.DEFAULT,
