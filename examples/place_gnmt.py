@@ -39,6 +39,8 @@ _COMPARE = flags.DEFINE_list(
     "compare", ["single_device", "human_expert", "m_topo", "m_etf", "m_sct",
                 "heft", "metis"], "Baselines for the comparison table.")
 _OUT = flags.DEFINE_string("out", "out/place_gnmt", "Output folder.")
+flags.DEFINE_alias("layers", "num_layers")
+flags.DEFINE_alias("budget", "budget_seconds")
 
 
 def main(argv):
