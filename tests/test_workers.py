@@ -5,10 +5,12 @@ each test checks that no worker process survives its cluster.
 """
 
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -154,7 +156,7 @@ def test_workers_die_with_a_killed_parent(tmp_path):
                             stdout=subprocess.PIPE, text=True,
                             cwd=str(tmp_path), env=_this_code_env())
   try:
-    line = parent.stdout.readline()
+    line = _line_reader(parent)(120)
     pids = [int(p) for p in line.split()]
     assert len(pids) == 2, line
   finally:
@@ -201,11 +203,32 @@ def test_worker_killed_mid_measurement_is_restarted_and_retried(monkeypatch):
   assert _gone(victim) and all(_gone(pid) for pid in pids)
 
 
+def _line_reader(proc):
+  """A function returning the child's next stdout line, failing (not hanging)
+  after a timeout."""
+  lines = queue.Queue()
+  threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout],
+                   daemon=True).start()
+
+  def next_line(timeout_s: float) -> str:
+    try:
+      return lines.get(timeout=timeout_s)
+    except queue.Empty:
+      raise AssertionError(f"no output from the child within {timeout_s} s")
+
+  return next_line
+
+
 def test_ctrl_c_while_starting_stops_the_workers(tmp_path):
   # The parent survives the Ctrl-C; its half-started workers must not.
   script = textwrap.dedent("""
+      import signal
       import time
       from tf_gdp.cost import workers
+
+      # A shell's background jobs (CI runners, nohup) inherit SIGINT ignored;
+      # Python then raises no KeyboardInterrupt. Restore it, as a terminal has.
+      signal.signal(signal.SIGINT, signal.default_int_handler)
 
       class Loud(workers.CpuWorkerCluster):
         def _spawn(self, task):
@@ -222,10 +245,11 @@ def test_ctrl_c_while_starting_stops_the_workers(tmp_path):
   parent = subprocess.Popen([sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True,
                             cwd=str(tmp_path), env=_this_code_env())
+  next_line = _line_reader(parent)
   try:
-    pids = [int(parent.stdout.readline()) for _ in range(2)]
+    pids = [int(next_line(120)) for _ in range(2)]
     parent.send_signal(signal.SIGINT)
-    assert parent.stdout.readline().strip() == "interrupted [False, False]"
+    assert next_line(120).strip() == "interrupted [False, False]"
     assert all(_gone(pid) for pid in pids)
     assert parent.poll() is None  # the parent lives on
   finally:
