@@ -15,16 +15,13 @@ Example (the held-out graphs of the shipped policy):
       --json_out=/tmp/gdp_eval.json
 """
 
-import json
 import math
-import sys
 import time
 from typing import Dict, Optional
 
 from absl import app
 from absl import flags
 
-from tf_gdp import fileio
 from tf_gdp import placing
 from tf_gdp.bench import harness
 from tf_gdp.cost import simulator
@@ -179,14 +176,7 @@ def main(argv):
         finetune_seconds=_FINETUNE.value, hdp_budget=_HDP_BUDGET.value,
         samples=_SAMPLES.value, seed=_SEED.value, ablations=ablations))
   print(format_table(results))
-  print(f"total time {time.time() - started:.0f} s")
-  if _JSON_OUT.value:
-    fileio.write_atomically(_JSON_OUT.value, json.dumps({
-        "benchmark": "gdp_eval",
-        "command": " ".join(["python -m tf_gdp.bench.gdp_eval"] +
-                            sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M"), "results": results,
-        "seconds": time.time() - started}, indent=1))
+  harness.finish_run("gdp_eval", results, started, _JSON_OUT.value)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ human expert, to the best baseline and to the lower bound.
 import contextlib
 import dataclasses
 import glob
+import json
 import math
 import os
 import sys
@@ -19,6 +20,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 
 from tf_gdp import errors
+from tf_gdp import fileio
 from tf_gdp.cost import feasibility
 from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
@@ -244,3 +246,16 @@ def geomean_speedups(rows: List[Row]) -> dict:
     if r.valid and not math.isnan(r.speedup_vs_single):
       by_method.setdefault(r.method, []).append(r.speedup_vs_single)
   return {m: float(np.exp(np.mean(np.log(v)))) for m, v in by_method.items()}
+
+
+def finish_run(benchmark: str, results, started: float,
+               json_out: Optional[str]) -> None:
+  """Prints the total time; writes the run's JSON (command, date, results)."""
+  print(f"total time {time.time() - started:.0f} s")
+  if json_out:
+    fileio.write_atomically(json_out, json.dumps({
+        "benchmark": benchmark,
+        "command": " ".join([f"python -m tf_gdp.bench.{benchmark}"] +
+                            sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M"), "results": results,
+        "seconds": time.time() - started}, indent=1))

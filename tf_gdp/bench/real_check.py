@@ -13,18 +13,16 @@ Example:
       --finetune_seconds=180 --json_out=/tmp/real_check.json
 """
 
-import json
 import statistics
-import sys
 import time
 
 from absl import app
 from absl import flags
 import numpy as np
 
-from tf_gdp import fileio
 from tf_gdp import placing
 from tf_gdp.bench import agreement_check
+from tf_gdp.bench import harness
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 
@@ -131,14 +129,7 @@ def main(argv):
           finetune_seconds=_FINETUNE.value, sweeps=_SWEEPS.value,
           repeats=_REPEATS.value, samples=_SAMPLES.value, seed=_SEED.value))
   print(format_table(results))
-  print(f"total time {time.time() - started:.0f} s")
-  if _JSON_OUT.value:
-    fileio.write_atomically(_JSON_OUT.value, json.dumps({
-        "benchmark": "real_check",
-        "command": " ".join(["python -m tf_gdp.bench.real_check"] +
-                            sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M"), "results": results,
-        "seconds": time.time() - started}, indent=1))
+  harness.finish_run("real_check", results, started, _JSON_OUT.value)
 
 
 if __name__ == "__main__":
