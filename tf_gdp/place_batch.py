@@ -53,6 +53,9 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                ) -> List[Outcome]:
   """Places every graph of `spec` on `devices`; writes under `out_dir`."""
   from tf_gdp.rl import graph_sets  # pylint: disable=g-import-not-at-top
+  if method not in placing.method_names():  # fail before loading any graph
+    raise errors.InputError(f"unknown method {method!r}; choose from "
+                            f"{', '.join(placing.method_names())}")
   topology = topology_lib.get(devices)
   items = graph_sets.parse(spec)
   os.makedirs(out_dir, exist_ok=True)
