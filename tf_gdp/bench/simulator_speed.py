@@ -23,6 +23,7 @@ from tf_gdp import fileio
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
+from tf_gdp.rl import graph_sets
 
 _NUM_NODES = flags.DEFINE_integer("num_nodes", 50_000,
                                   "Nodes of the synthetic layered DAG.",
@@ -41,44 +42,9 @@ _JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
 
 def layered_graph(num_nodes: int, *, width: int = 100,
                   seed: int = 0) -> op_graph.OpGraph:
-  """A random layered DAG shaped like a deep network's training step.
-
-  Layers of `width` ops; each op reads 1-3 tensors from the previous three
-  layers (~2 in-edges per op), some ops have two outputs, ~5% of the edges
-  are control edges, ~2% of the ops hold variables. GPU costs are uniform in
-  1-100 us, CPU costs 5-20x that, output sizes log-uniform in 1 KB-10 MB.
-  """
-  rng = np.random.default_rng(seed)
-  layer = np.arange(num_nodes) // width
-  gpu_cost = rng.uniform(1.0, 100.0, num_nodes)
-  cpu_cost = gpu_cost * rng.uniform(5.0, 20.0, num_nodes)
-  output_bytes = np.exp(rng.uniform(np.log(1e3), np.log(1e7),
-                                    num_nodes)).astype(np.int64)
-  two_outputs = rng.random(num_nodes) < 0.1
-  src, dst, nbytes, slot = [], [], [], []
-  for v in range(width, num_nodes):
-    lo = max(0, (layer[v] - 3) * width)
-    hi = layer[v] * width
-    for u in set(rng.integers(lo, hi, size=rng.integers(1, 4)).tolist()):
-      src.append(u)
-      dst.append(v)
-      if rng.random() < 0.05:
-        nbytes.append(0)
-        slot.append(-1)
-      else:
-        out = int(two_outputs[u] and rng.random() < 0.5)
-        share = 2 if two_outputs[u] else 1
-        nbytes.append(int(output_bytes[u]) // share)
-        slot.append(out)
-  memory = np.where(rng.random(num_nodes) < 0.02,
-                    rng.integers(1 << 20, 50 << 20, num_nodes), 0)
-  names = [f"layer{layer[i]}/op{i}" for i in range(num_nodes)]
-  return op_graph.OpGraph.build(
-      name=f"layered_{num_nodes}", node_names=names,
-      op_types=["Synthetic"] * num_nodes,
-      costs={"GPU": gpu_cost, "CPU": cpu_cost}, output_bytes=output_bytes,
-      memory_bytes=memory, edge_src=src, edge_dst=dst, edge_bytes=nbytes,
-      edge_output=slot, fetches=names[-width:])
+  """The synthetic layered DAG (`graph_sets.random_layered_graph`)."""
+  return graph_sets.random_layered_graph(num_nodes, width=width, seed=seed,
+                                         name=f"layered_{num_nodes}")
 
 
 def placements(kind: str, n: int, d: int, rng) -> np.ndarray:

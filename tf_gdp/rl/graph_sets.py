@@ -91,9 +91,8 @@ def random_layered_graph(num_nodes: int, *, width: int = 100, seed: int = 0,
   Layers of `width` ops; each op reads 1-3 tensors from the previous three
   layers; ~10% of the ops have two outputs, ~5% of the edges are control
   edges, ~2% of the ops hold variables. GPU costs are uniform in 1-100 us,
-  CPU costs 5-20x that, outputs log-uniform in 1 KB-10 MB. (The same
-  distribution as the simulator benchmark's graphs; that module defines
-  command-line flags, so it is not imported here.)
+  CPU costs 5-20x that, outputs log-uniform in 1 KB-10 MB. The simulator
+  speed benchmark uses it too.
   """
   rng = np.random.default_rng(seed)
   layer = np.arange(num_nodes) // width
