@@ -35,7 +35,7 @@ clean:
 PRETRAIN_GRAPHS ?= rnnlm2,rnnlm4,inception_v3,wavenet2,gnmt2:source_length=8:target_length=8,gnmt4:source_length=6:target_length=6,layered:3000:seed=1,layered:5000:width=200:seed=2,cells:3000:seed=1,cells:5000:cell=64:seed=2
 PRETRAIN_HELD_OUT ?= gnmt8,transformer_xl2,transformer_xl4,transformer_xl8,wavenet4,amoebanet
 PRETRAIN_DEVICES ?= p100x4
-PRETRAIN_ITERATIONS ?= 646
+PRETRAIN_ITERATIONS ?= 834
 # The feed-forward placer (the no-attention variant): ~6x faster per iteration
 # here, so 4x more iterations in the same time beat the attention placer.
 PRETRAIN_PLACER ?= feedforward

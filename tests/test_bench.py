@@ -61,3 +61,39 @@ def test_bench_cli_runs_every_method_on_a_tiny_zoo_graph(tmp_path):
     assert row["step_time_us"] >= row["lower_bound_us"] > 0
     assert row["search_seconds"] >= 0
   assert document["settings"]["devices"] == ["p100x2"]
+
+
+def test_search_cost_counts_the_evaluation_that_first_reaches_hdp():
+  from tf_gdp.bench import gdp_eval  # pylint: disable=g-import-not-at-top
+  hdp_curve = [[10, 300.0], [40, 200.0], [90, 150.0], [100, 150.0]]
+  # Zero-shot: greedy (evaluation 1) invalid, the 3rd sample reaches 150.
+  gdp_curve = [[1, float("inf")], [2, 180.0], [3, 149.0], [20, 120.0]]
+  cost = gdp_eval._search_cost(hdp_curve, gdp_curve, 150.0)
+  assert (cost["hdp_evaluations"], cost["gdp_evaluations"]) == (90, 3)
+  assert cost["ratio"] == 30.0
+  never = gdp_eval._search_cost(hdp_curve, [[1, 151.0]], 150.0)
+  assert never["gdp_evaluations"] is None and never["ratio"] is None
+
+
+def test_quality_summary_judges_gdp_against_the_best_baseline_and_expert():
+  from tf_gdp.bench import gdp_eval  # pylint: disable=g-import-not-at-top
+
+  def result(graph, gdp, expert, best):
+    rows = [gdp_eval._row(method, step, valid, 0.0, None)
+            for method, step, valid in (
+                ("human_expert", expert, True), ("metis", best, True),
+                ("gdp_zeroshot", gdp * 0.5, False), ("gdp", gdp, True))]
+    gdp_eval._add_ratios(rows)
+    return {"graph": graph, "rows": rows}
+
+  summary = gdp_eval.quality_summary(
+      [result("a", 80.0, 100.0, 90.0), result("b", 120.0, 100.0, 110.0)])
+  assert summary["at_most_best_baseline"] == 1
+  assert summary["worst_over_best_baseline"]["graph"] == "b"
+  assert summary["mean_improvement_over_expert"] == pytest.approx(0.0)
+  assert summary["geomean_over_expert"] == pytest.approx((0.8 * 1.2) ** 0.5)
+  assert "1 of 2 graphs" in gdp_eval.format_table([
+      dict(r, search_cost={"hdp_final_us": 1.0, "hdp_evaluations": None,
+                           "gdp_evaluations": None, "ratio": None})
+      for r in [result("a", 80.0, 100.0, 90.0),
+                result("b", 120.0, 100.0, 110.0)]])

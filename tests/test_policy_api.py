@@ -43,9 +43,11 @@ def test_public_names_are_pinned():
 def test_contract_constants():
   assert policy.NEG_LOGIT == -1e9
   assert policy.OBSERVATION_KEYS == (
-      "node_features", "op_type_ids", "edge_src", "edge_dst", "edge_features",
+      "node_features", "op_type_ids", "scope_ids", "edge_src", "edge_dst",
+      "edge_features",
       "node_mask", "edge_mask", "group_ids", "group_mask", "device_features",
-      "device_mask", "allowed", "num_nodes", "num_groups", "num_devices")
+      "device_mask", "exploration_noise", "exploration_units", "allowed",
+      "num_nodes", "num_groups", "num_devices")
   assert (policy.F_NODE, policy.F_EDGE, policy.F_DEVICE) == (
       len(policy.NODE_FEATURE_NAMES), len(policy.EDGE_FEATURE_NAMES),
       len(policy.DEVICE_FEATURE_NAMES))

@@ -191,7 +191,8 @@ def test_random_observations_of_the_spec_give_finite_logits():
     if dtype == np.bool_:
       sample[name] = rng.random(shape) < 0.5
     elif dtype == np.int32:
-      high = {"op_type_ids": features.OP_VOCAB, "group_ids": 16}.get(name, 16)
+      high = {"op_type_ids": features.OP_VOCAB, "group_ids": 16,
+              "scope_ids": 256}.get(name, 16)
       sample[name] = rng.integers(0, high, shape).astype(np.int32)
     else:
       sample[name] = rng.normal(size=shape).astype(np.float32)
@@ -227,3 +228,50 @@ def test_config_round_trips_through_a_dict():
   assert network.PolicyConfig.from_dict(config.to_dict()) == config
   with pytest.raises(ValueError, match="unknown PolicyConfig fields"):
     network.PolicyConfig.from_dict({"hidden": 3})
+
+
+def test_exploration_noise_moves_whole_scope_units_and_buckets():
+  policy = _policy()
+  n = 12  # two numbered scopes of 6 ops; the second scope starts at op 6
+  names = [f"layer_{i // 6}/op{i}" for i in range(n)]
+  graph = op_graph.OpGraph.build(
+      name="units", node_names=names, op_types=["MatMul"] * n,
+      costs={"GPU": np.full(n, 10.0)}, output_bytes=np.full(n, 1 << 10),
+      memory_bytes=np.zeros(n, int), edge_src=list(range(n - 1)),
+      edge_dst=list(range(1, n)), edge_bytes=np.full(n - 1, 1 << 10))
+  batch = _batch([(graph, _gpus(2))])
+  inputs = features.policy_inputs(graph, _gpus(2))
+  units = inputs.exploration_units
+  assert units[0, 0] != units[6, 0] and (units[:6, 0] == units[0, 0]).all()
+  base = policy(batch).numpy()[0]
+  noise = np.zeros((3, 2, features.EXPLORATION_SIZE), np.float32)
+  noise[1, 1, units[6, 0]] = 5.0   # sample 1: layer_1 leans to GPU 1
+  noise[2, 0, features.EXPLORATION_UNITS + 0] = 5.0  # sample 2: bucket 0
+  every = policy.noisy_logits(batch, tf.constant(noise)).numpy()
+  np.testing.assert_allclose(every[0], base, rtol=1e-5, atol=1e-5)
+  shift = every - base[None]
+  group_of = {int(node): int(inputs.group_ids[p])
+              for p, node in enumerate(inputs.order)}
+  layer_1 = [group_of[i] for i in range(6, 12)]
+  layer_0 = [group_of[i] for i in range(6)]
+  np.testing.assert_allclose(shift[1][layer_1], [[0.0, 5.0]] * 6, atol=1e-4)
+  np.testing.assert_allclose(shift[1][layer_0], 0.0, atol=1e-4)
+  bucket_0 = [g for p, g in enumerate(inputs.group_ids[:n])
+              if inputs.exploration_units[p, 1] == 0]
+  assert bucket_0 and np.allclose(shift[2][bucket_0], [5.0, 0.0], atol=1e-4)
+  # The noise rides in the observation: a row with noise gives its logits.
+  noisy = dict(batch, exploration_noise=noise[1:2])
+  np.testing.assert_allclose(policy(noisy).numpy()[0], every[1], rtol=1e-5,
+                             atol=1e-5)
+
+
+def test_exploration_noise_keeps_the_masks():
+  policy = _policy()
+  batch = _batch([(_graph(constrained=True), _gpus(2, cpu=True))], **_MAXIMA)
+  noise = 3.0 * tf.random.stateless_normal(
+      [4, _MAXIMA["max_devices"], features.EXPLORATION_SIZE], seed=[1, 2])
+  every = policy.noisy_logits(batch, noise).numpy()
+  allowed = batch["allowed"][0] & batch["device_mask"][0][None, :]
+  real = batch["group_mask"][0]
+  assert (every[:, real][:, ~allowed[real]] <= network.NEG_LOGIT / 2).all()
+  assert np.isfinite(every).all()

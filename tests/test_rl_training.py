@@ -1,5 +1,6 @@
 """PPO on the GDP policy: learning, checkpoints, kill-and-resume, zero-shot."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -201,6 +202,73 @@ def test_rows_showing_one_graph_are_encoded_once():
   for row, observation in zip(shared, rows):
     alone = policy({k: v[None] for k, v in observation.items()}).numpy()[0]
     np.testing.assert_allclose(row, alone, rtol=1e-5, atol=1e-4)
+
+
+def test_rows_with_exploration_noise_get_their_own_logits():
+  env = environment.PlacementEnv([
+      environment.PlacementTask(two_chains(3), gpus(), name="small"),
+      environment.PlacementTask(two_chains(5), gpus(), name="large")])
+  policy = tiny_policy("feedforward")
+  rng = np.random.default_rng(0)
+  rows = []
+  for index in (0, 0, 1):
+    row = dict(env.observation(index))
+    row["exploration_noise"] = rng.normal(
+        size=row["exploration_noise"].shape).astype(np.float32)
+    rows.append(row)
+  stacked = {k: tf.constant(np.stack([r[k] for r in rows])) for k in rows[0]}
+  shared = actor_network.shared_logits(policy, stacked).numpy()
+  for row, observation in zip(shared, rows):
+    alone = policy({k: v[None] for k, v in observation.items()}).numpy()[0]
+    np.testing.assert_allclose(row, alone, rtol=1e-5, atol=1e-4)
+  assert not np.allclose(shared[0], shared[1])
+
+
+def test_exploring_trainer_stores_the_logits_its_samples_came_from():
+  """PPO's first-epoch ratio must be exactly 1: the stored behaviour logits
+  are what the policy gives each row under that row's noise."""
+  env = environment.PlacementEnv([environment.PlacementTask(two_chains(),
+                                                            gpus())])
+  config = dataclasses.replace(learn_config(), samples_per_graph=4,
+                               exploration_scale=2.0)
+  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+                              log=lambda line: None)
+  stacked = {k: v[None] for k, v in env.observation(0).items()}
+  logits, actions, greedy, values, _, noise = trainer._sample_fn(
+      stacked, tf.constant([3, 4], tf.int32), 4)
+  assert logits.shape[0] == 4 and noise.shape[0] == 4
+  assert float(tf.reduce_max(tf.abs(noise))) > 0
+  experience = trainer._experience(
+      stacked, np.array([0]), logits.numpy(), actions.numpy(), values.numpy(),
+      np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32),
+      noise.numpy())
+  replay = trainer.actor_net.logits(experience.observation).numpy()
+  np.testing.assert_allclose(
+      replay, experience.policy_info["dist_params"]["logits"].numpy(),
+      rtol=1e-5, atol=1e-4)
+  # The greedy action is the noise-free policy's.
+  base = trainer.policy(stacked).numpy()
+  np.testing.assert_array_equal(greedy.numpy(), np.argmax(base, -1))
+  # And a whole iteration runs with it.
+  assert trainer.run_iteration()["iteration"] == 1
+
+
+def test_saved_policy_configs_load_with_the_behaviour_they_were_saved_with(
+    tmp_path):
+  path = train_lib.save_policy(tiny_policy("feedforward"),
+                               str(tmp_path / "policy"))
+  config_file = os.path.join(path, train_lib.POLICY_CONFIG_FILE)
+  with open(config_file, encoding="utf-8") as f:
+    config = json.load(f)
+  assert config["scope_features"] is True
+  del config["scope_features"]  # as written before scope coordinates
+  with open(config_file, "w", encoding="utf-8") as f:
+    json.dump(config, f)
+  assert train_lib.read_policy_config(config_file)["scope_features"] is False
+  with open(config_file, "w", encoding="utf-8") as f:
+    f.write("{not json")
+  with pytest.raises(errors.InputError, match="unreadable policy config"):
+    train_lib.load_policy(path)
 
 
 _RESUME_SCRIPT = """

@@ -63,9 +63,13 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
                      *_judge(graph, ablated.placement, topology),
                      ablated.seconds, shot_evaluations))
 
-  gdp_curve = [[shot_evaluations, shot.step_time_us if shot.valid
-                else math.inf]]
-  best_placement, best_us = shot.placement, gdp_curve[0][1]
+  # One point per zero-shot evaluation (greedy first, then the samples), so
+  # the search cost counts the evaluation that first got there.
+  gdp_curve = []
+  for count, value in enumerate(shot.valid_step_times_us, start=1):
+    gdp_curve.append([count, min(float(value), gdp_curve[-1][1])
+                      if gdp_curve else float(value)])
+  best_placement, best_us = shot.placement, gdp_curve[-1][1]
   tune_seconds = tune_evaluations = 0
   if finetune_seconds > 0:
     config = train_lib.TrainConfig(
@@ -139,6 +143,33 @@ def _search_cost(hdp_curve, gdp_curve, hdp_final: float) -> dict:
                     else None)}
 
 
+def quality_summary(results) -> dict:
+  """Issue 5's quality numbers over the graphs of one run.
+
+  `gdp` is the policy's own placement (zero-shot or fine-tuned, never a
+  baseline's). The mean improvement over the expert is the mean of
+  1 - gdp / expert over graphs that have an expert placement.
+  """
+  per_graph = []
+  for result in results:
+    gdp = next(r for r in result["rows"] if r["method"] == "gdp")
+    per_graph.append((result["graph"], gdp["over_best_baseline"],
+                      gdp["over_expert"]))
+  with_expert = [e for _, _, e in per_graph if math.isfinite(e)]
+  worst = max(per_graph, key=lambda g: g[1], default=None)
+  return {
+      "graphs": len(per_graph),
+      "at_most_best_baseline": sum(b <= 1.0 + 1e-9 for _, b, _ in per_graph),
+      "worst_over_best_baseline": None if worst is None else
+                                  {"graph": worst[0], "ratio": worst[1]},
+      "mean_improvement_over_expert": (
+          1.0 - sum(with_expert) / len(with_expert) if with_expert else None),
+      "geomean_over_expert": (
+          math.exp(sum(math.log(e) for e in with_expert) / len(with_expert))
+          if with_expert else None),
+  }
+
+
 def format_table(results) -> str:
   lines = [f"{'graph':<18} {'method':<28} {'step ms':>10} {'/best base':>10} "
            f"{'/expert':>8} {'evals':>7} {'search s':>9}"]
@@ -156,6 +187,18 @@ def format_table(results) -> str:
         f"{cost['hdp_final_us'] / 1e3:,.1f} ms: HDP {cost['hdp_evaluations']} "
         f"evaluations, GDP {cost['gdp_evaluations']}" +
         (f" ({cost['ratio']:.1f}x fewer)" if cost["ratio"] else ""))
+  summary = quality_summary(results)
+  if summary["graphs"]:
+    worst = summary["worst_over_best_baseline"]
+    lines.append(
+        f"gdp <= best baseline on {summary['at_most_best_baseline']} of "
+        f"{summary['graphs']} graphs (worst {worst['ratio']:.3f}, "
+        f"{worst['graph']})")
+  if summary["mean_improvement_over_expert"] is not None:
+    lines.append(
+        f"gdp vs human expert: mean improvement "
+        f"{100 * summary['mean_improvement_over_expert']:.1f}% "
+        f"(geometric-mean ratio {summary['geomean_over_expert']:.3f})")
   return "\n".join(lines)
 
 
@@ -176,7 +219,9 @@ def main(argv):
         finetune_seconds=_FINETUNE.value, hdp_budget=_HDP_BUDGET.value,
         samples=_SAMPLES.value, seed=_SEED.value, ablations=ablations))
   print(format_table(results))
-  harness.finish_run("gdp_eval", results, started, _JSON_OUT.value)
+  harness.finish_run("gdp_eval", {"graphs": results,
+                                  "summary": quality_summary(results)},
+                     started, _JSON_OUT.value)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from tf_gdp.rl import cli_lib
 from tf_gdp.rl import environment
 from tf_gdp.rl import graph_sets
 from tf_gdp.rl import outputs
-from tf_gdp.rl import ppo
 from tf_gdp.rl import train_lib
 
 _POLICY = flags.DEFINE_string(
@@ -49,42 +48,8 @@ _ZEROSHOT = flags.DEFINE_bool(
 _ZEROSHOT_SAMPLES = flags.DEFINE_integer(
     "zeroshot_samples", 16, "Sampled placements besides the greedy one.",
     lower_bound=0)
-_BUDGET_SECONDS = flags.DEFINE_float(
-    "budget_seconds", None, "Stop after this much fine-tuning time.",
-    lower_bound=0.001)
-_BUDGET_EVALUATIONS = flags.DEFINE_integer(
-    "budget_evaluations", None, "Stop after this many placement evaluations.",
-    lower_bound=1)
-_BUDGET_ITERATIONS = flags.DEFINE_integer(
-    "budget_iterations", None, "Stop after this many PPO iterations.",
-    lower_bound=1)
-_SAMPLES = flags.DEFINE_integer(
-    "samples", 16, "Placements sampled per PPO iteration.", lower_bound=2)
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-3, "Adam step size.",
-                                    lower_bound=0.0)
-_EPOCHS = flags.DEFINE_integer("epochs", 4, "PPO epochs per iteration.",
-                               lower_bound=1)
-_ENTROPY = flags.DEFINE_float("entropy", 0.01,
-                              "Weight of the per-group entropy bonus.",
-                              lower_bound=0.0)
-_RATIO = flags.DEFINE_enum("ratio", "per_group", list(ppo.RATIOS),
-                           "PPO importance ratios per group or joint.")
-_BACKEND = flags.DEFINE_enum(
-    "backend", "simulate", ["simulate", "measure", "mix"],
-    "Reward: the simulator, real runs (--measure), or simulate then measure "
-    "the best candidates.")
-_MEASURE = flags.DEFINE_string(
-    "measure", None, "Where measured rewards run: local, cpu-workers:K or "
-    "grpc://host:port.")
-_MEASURE_REPEATS = flags.DEFINE_integer(
-    "measure_repeats", 3, "Timed steps per measurement.", lower_bound=1)
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds sampling.")
-_LOG_EVERY = flags.DEFINE_float("log_every", 10.0,
-                                "Seconds between progress lines.",
-                                lower_bound=0.0)
-_CHECKPOINT_EVERY = flags.DEFINE_float(
-    "checkpoint_every", 60.0, "Seconds between checkpoints (0: every "
-    "iteration).", lower_bound=0.0)
+_TRAINING = cli_lib.define_training_flags(__name__)
 
 
 def main(argv):
@@ -97,12 +62,8 @@ def main(argv):
   if _ZEROSHOT.value:
     budget = None
   else:
-    budget = cli_lib.budget(seconds=_BUDGET_SECONDS.value,
-                            evaluations=_BUDGET_EVALUATIONS.value,
-                            iterations=_BUDGET_ITERATIONS.value)
-    env_options = cli_lib.env_options(
-        backend=_BACKEND.value, measure=_MEASURE.value,
-        measure_repeats=_MEASURE_REPEATS.value, devices=_DEVICES.value)
+    budget = _TRAINING.budget()
+    env_options = _TRAINING.env_options(_DEVICES.value)
   cli_lib.progress(f"loading {items[0].label} for {_DEVICES.value}")
   loaded = items[0].load(_DEVICES.value)
   task = environment.PlacementTask(loaded.graph, topology,
@@ -123,12 +84,7 @@ def main(argv):
                               source="simulate", evaluation=0)
       _write(task, best, None, "gdp-zeroshot", command)
     return
-  config = cli_lib.train_config(
-      samples=_SAMPLES.value, graphs_per_iteration=1,
-      learning_rate=_LEARNING_RATE.value, epochs=_EPOCHS.value,
-      entropy=_ENTROPY.value, ratio=_RATIO.value, seed=_SEED.value,
-      log_every_seconds=_LOG_EVERY.value,
-      checkpoint_every_seconds=_CHECKPOINT_EVERY.value)
+  config = _TRAINING.train_config(graphs_per_iteration=1, seed=_SEED.value)
   result = train_lib.finetune(_POLICY.value, task, budget=budget,
                               root_dir=_ROOT_DIR.value, config=config,
                               env_options=env_options, log=cli_lib.progress)

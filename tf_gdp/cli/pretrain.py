@@ -22,7 +22,6 @@ from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
 from tf_gdp.rl import environment
 from tf_gdp.rl import graph_sets
-from tf_gdp.rl import ppo
 from tf_gdp.rl import train_lib
 
 _GRAPHS = flags.DEFINE_string(
@@ -36,30 +35,9 @@ _DEVICES = flags.DEFINE_list(
 _ROOT_DIR = flags.DEFINE_string(
     "root_dir", None, "Checkpoints, summaries, best placements and the final "
     "policy go here; an existing run is resumed.", required=True)
-_BUDGET_SECONDS = flags.DEFINE_float(
-    "budget_seconds", None, "Stop after this much training time (whole run).",
-    lower_bound=0.001)
-_BUDGET_EVALUATIONS = flags.DEFINE_integer(
-    "budget_evaluations", None, "Stop after this many placement evaluations.",
-    lower_bound=1)
-_BUDGET_ITERATIONS = flags.DEFINE_integer(
-    "budget_iterations", None, "Stop after this many PPO iterations.",
-    lower_bound=1)
 _GRAPHS_PER_ITERATION = flags.DEFINE_integer(
     "graphs_per_iteration", 4, "Graphs drawn per PPO iteration.",
     lower_bound=1)
-_SAMPLES = flags.DEFINE_integer(
-    "samples", 16, "Placements sampled per graph per iteration.",
-    lower_bound=2)
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-3, "Adam step size.",
-                                    lower_bound=0.0)
-_EPOCHS = flags.DEFINE_integer("epochs", 4, "PPO epochs per iteration.",
-                               lower_bound=1)
-_ENTROPY = flags.DEFINE_float("entropy", 0.01,
-                              "Weight of the per-group entropy bonus.",
-                              lower_bound=0.0)
-_RATIO = flags.DEFINE_enum("ratio", "per_group", list(ppo.RATIOS),
-                           "PPO importance ratios per group or joint.")
 _PLACER = flags.DEFINE_enum(
     "placer", "transformer_xl", ["transformer_xl", "feedforward"],
     "Placer network ('feedforward' is the no-attention ablation).")
@@ -71,30 +49,14 @@ _HIDDEN_SIZE = flags.DEFINE_integer("hidden_size", 64, "Policy width.",
 _POLICY_CONFIG = flags.DEFINE_string(
     "policy_config", None, "JSON object of further PolicyConfig fields, e.g. "
     "'{\"gnn_rounds\": 2, \"segment_length\": 64}'.")
-_BACKEND = flags.DEFINE_enum(
-    "backend", "simulate", ["simulate", "measure", "mix"],
-    "Reward: the simulator, real runs (--measure), or simulate then measure "
-    "the best candidates.")
-_MEASURE = flags.DEFINE_string(
-    "measure", None, "Where measured rewards run: local, cpu-workers:K or "
-    "grpc://host:port.")
-_MEASURE_REPEATS = flags.DEFINE_integer(
-    "measure_repeats", 3, "Timed steps per measurement.", lower_bound=1)
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the policy and sampling.")
-_LOG_EVERY = flags.DEFINE_float("log_every", 10.0,
-                                "Seconds between progress lines.",
-                                lower_bound=0.0)
-_CHECKPOINT_EVERY = flags.DEFINE_float(
-    "checkpoint_every", 60.0, "Seconds between checkpoints (0: every "
-    "iteration).", lower_bound=0.0)
+_TRAINING = cli_lib.define_training_flags(__name__)
 
 
 def main(argv):
   cli_lib.quiet_tensorflow_logs()
   del argv
-  budget = cli_lib.budget(seconds=_BUDGET_SECONDS.value,
-                          evaluations=_BUDGET_EVALUATIONS.value,
-                          iterations=_BUDGET_ITERATIONS.value)
+  budget = _TRAINING.budget()
   policy_config = {"placer": _PLACER.value,
                    "superposition": _SUPERPOSITION.value,
                    "hidden_size": _HIDDEN_SIZE.value, "seed": _SEED.value}
@@ -106,15 +68,9 @@ def main(argv):
     if not isinstance(extra, dict):
       raise errors.InputError("--policy_config must be a JSON object")
     policy_config.update(extra)
-  env_options = cli_lib.env_options(
-      backend=_BACKEND.value, measure=_MEASURE.value,
-      measure_repeats=_MEASURE_REPEATS.value, devices=_DEVICES.value)
-  config = cli_lib.train_config(
-      samples=_SAMPLES.value, graphs_per_iteration=_GRAPHS_PER_ITERATION.value,
-      learning_rate=_LEARNING_RATE.value, epochs=_EPOCHS.value,
-      entropy=_ENTROPY.value, ratio=_RATIO.value, seed=_SEED.value,
-      log_every_seconds=_LOG_EVERY.value,
-      checkpoint_every_seconds=_CHECKPOINT_EVERY.value)
+  env_options = _TRAINING.env_options(_DEVICES.value)
+  config = _TRAINING.train_config(
+      graphs_per_iteration=_GRAPHS_PER_ITERATION.value, seed=_SEED.value)
   items = graph_sets.parse(_GRAPHS.value)
   tasks = []
   for devices in _DEVICES.value:

@@ -13,11 +13,13 @@ import tensorflow as tf
 import tensorflow_gnn as tfgnn
 
 from tf_gdp.policy import features
+from tf_gdp.policy import scopes
 
 NODE_SET = "ops"
 FORWARD = "forward"    # data/control edges, producer -> consumer
 BACKWARD = "backward"  # the same edges reversed, consumer -> producer
 EDGE_FEATURES = "features"
+_SCOPE_EMBEDDING_SIZE = 8
 
 
 def batch_to_graph_tensor(node_states: tf.Tensor, edge_features: tf.Tensor,
@@ -93,11 +95,15 @@ class GraphEncoder(tf.keras.layers.Layer):
   """
 
   def __init__(self, hidden_size: int = 64, num_rounds: int = 3,
-               op_embedding_size: int = 16, seed: int = 0, **kwargs):
+               op_embedding_size: int = 16, seed: int = 0,
+               scope_features: bool = True, **kwargs):
     super().__init__(**kwargs)
     self.hidden_size = hidden_size
     self.num_rounds = num_rounds
     self.op_embedding_size = op_embedding_size
+    # False: the inputs of policies saved before scope coordinates existed
+    # (the scope columns and ids are ignored).
+    self.scope_features = scope_features
     seeds = iter(range(seed, seed + 1000))
 
     def dense(units, activation=None, name=None):
@@ -109,6 +115,11 @@ class GraphEncoder(tf.keras.layers.Layer):
         features.OP_VOCAB, op_embedding_size, name="op_embedding",
         embeddings_initializer=tf.keras.initializers.RandomUniform(
             -0.05, 0.05, seed=next(seeds)))
+    if scope_features:
+      self._scope_embedding = tf.keras.layers.Embedding(
+          scopes.SCOPE_VOCAB, _SCOPE_EMBEDDING_SIZE, name="scope_embedding",
+          embeddings_initializer=tf.keras.initializers.RandomUniform(
+              -0.05, 0.05, seed=next(seeds)))
     self._input_projection = dense(hidden_size, "relu", "input_projection")
     self._rounds = []
     for r in range(num_rounds):
@@ -145,8 +156,16 @@ class GraphEncoder(tf.keras.layers.Layer):
     """
     node_features = tf.cast(observation["node_features"], tf.float32)
     op_ids = tf.cast(observation["op_type_ids"], tf.int32)
-    initial = self._input_projection(tf.concat(
-        [node_features, self._op_embedding(op_ids)], axis=-1))
+    pieces = [node_features, self._op_embedding(op_ids)]
+    if self.scope_features:
+      scope_ids = tf.cast(observation["scope_ids"], tf.int32)
+      embedded = self._scope_embedding(scope_ids)  # [B, N, slots, S]
+      pieces.append(tf.reshape(embedded, tf.concat(
+          [tf.shape(scope_ids)[:2],
+           [scopes.NUM_SLOTS * _SCOPE_EMBEDDING_SIZE]], 0)))
+    else:
+      pieces[0] = node_features[..., :features.LEGACY_F_NODE]
+    initial = self._input_projection(tf.concat(pieces, axis=-1))
     graph = batch_to_graph_tensor(
         initial, tf.cast(observation["edge_features"], tf.float32), observation)
     for update in self._rounds:
@@ -163,4 +182,5 @@ class GraphEncoder(tf.keras.layers.Layer):
   def get_config(self):
     return dict(super().get_config(), hidden_size=self.hidden_size,
                 num_rounds=self.num_rounds,
-                op_embedding_size=self.op_embedding_size)
+                op_embedding_size=self.op_embedding_size,
+                scope_features=self.scope_features)

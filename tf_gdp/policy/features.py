@@ -35,6 +35,7 @@ from tf_gdp import errors
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
+from tf_gdp.policy import scopes
 
 # Hashed op-type vocabulary: id 0 is padding; real types hash into
 # [1, OP_VOCAB), so op types never seen in training still get an id.
@@ -70,8 +71,13 @@ NODE_FEATURE_NAMES = (
     "graph_log_nodes",        # graph-level context, broadcast to every node
     "graph_memory_load",      # total persistent bytes / total device memory
     "graph_log_depth",
+    # Numbered name scopes (`scopes`): rank among siblings, sibling count.
+    *(f"scope_{slot}_{what}" for slot in range(scopes.NUM_SLOTS)
+      for what in ("rank", "log_siblings")),
 )
 F_NODE = len(NODE_FEATURE_NAMES)
+# Policies saved before the scope columns existed read only the first ones.
+LEGACY_F_NODE = NODE_FEATURE_NAMES.index("scope_0_rank")
 
 EDGE_FEATURE_NAMES = (
     "log_bytes",
@@ -104,11 +110,22 @@ DEVICE_FEATURE_NAMES = (
 )
 F_DEVICE = len(DEVICE_FEATURE_NAMES)
 
+# Coherent exploration (see `network`): each sampled placement draws one
+# noise value per (device, unit) and per (device, position bucket); every op
+# of a unit (its outermost numbered name scope, hashed into
+# EXPLORATION_UNITS slots) and of a bucket (an eighth of the topological
+# order) gets the same push. `exploration_noise` holds them: zeros in every
+# observation a graph produces (the greedy policy); samplers fill it.
+EXPLORATION_UNITS = 64
+EXPLORATION_BUCKETS = 8
+EXPLORATION_SIZE = EXPLORATION_UNITS + EXPLORATION_BUCKETS
+
 # Names and dtypes of the observation dict (`as_tensors`), with the padded
 # dimension each axis has: N nodes, E edges, G groups, D devices.
 _OBSERVATION_LAYOUT = (
     ("node_features", ("N", F_NODE), np.float32),
     ("op_type_ids", ("N",), np.int32),
+    ("scope_ids", ("N", scopes.NUM_SLOTS), np.int32),
     ("edge_src", ("E",), np.int32),
     ("edge_dst", ("E",), np.int32),
     ("edge_features", ("E", F_EDGE), np.float32),
@@ -118,6 +135,8 @@ _OBSERVATION_LAYOUT = (
     ("group_mask", ("G",), np.bool_),
     ("device_features", ("D", F_DEVICE), np.float32),
     ("device_mask", ("D",), np.bool_),
+    ("exploration_noise", ("D", EXPLORATION_SIZE), np.float32),
+    ("exploration_units", ("N", 2), np.int32),
     ("allowed", ("G", "D"), np.bool_),
     ("num_nodes", (), np.int32),
     ("num_groups", (), np.int32),
@@ -133,6 +152,8 @@ class PolicyInputs:
   Attributes:
     node_features: float32[N, F_NODE], rows in topological order.
     op_type_ids: int32[N] hashed op type in [1, OP_VOCAB); 0 for padding.
+    scope_ids: int32[N, scopes.NUM_SLOTS] hashed stems of the numbered name
+      scopes in [1, scopes.SCOPE_VOCAB); 0 for none and for padding.
     edge_src, edge_dst: int32[E] node positions (not original ids).
     edge_features: float32[E, F_EDGE].
     node_mask, edge_mask: bool[N], bool[E], True for real entries.
@@ -140,6 +161,11 @@ class PolicyInputs:
     group_mask: bool[G].
     device_features: float32[D, F_DEVICE].
     device_mask: bool[D].
+    exploration_noise: float32[D, EXPLORATION_SIZE], zeros (the greedy
+      policy); a sampler sets it per sample.
+    exploration_units: int32[N, 2] per node: its scope unit slot in
+      [0, EXPLORATION_UNITS) or -1, and its position bucket in
+      [0, EXPLORATION_BUCKETS).
     allowed: bool[G, D] every member of the group may run on the device;
       padding groups allow device 0 only, padding devices nothing.
     order: int32[num_nodes] position -> original node id.
@@ -147,6 +173,7 @@ class PolicyInputs:
   """
   node_features: np.ndarray
   op_type_ids: np.ndarray
+  scope_ids: np.ndarray
   edge_src: np.ndarray
   edge_dst: np.ndarray
   edge_features: np.ndarray
@@ -156,6 +183,8 @@ class PolicyInputs:
   group_mask: np.ndarray
   device_features: np.ndarray
   device_mask: np.ndarray
+  exploration_noise: np.ndarray
+  exploration_units: np.ndarray
   allowed: np.ndarray
   order: np.ndarray
   num_nodes: int
@@ -239,9 +268,19 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
         f"{graph.colocation_groups[member]!r}) has no device on "
         f"{topology.name!r} that all members of its group may run on")
 
+  scope_ids, scope_ranks, scope_counts = scopes.scope_coordinates(
+      graph.node_names)
   node_features = np.zeros((big_n, F_NODE), np.float32)
   node_features[:n] = _node_features(graph, topology, tables, group_of_node,
-                                     group_allowed, order, position)[order]
+                                     group_allowed, order, position,
+                                     scope_ranks, scope_counts)[order]
+  padded_scope_ids = np.zeros((big_n, scopes.NUM_SLOTS), np.int32)
+  padded_scope_ids[:n] = scope_ids[order]
+  exploration_units = np.zeros((big_n, 2), np.int32)
+  exploration_units[:, 0] = -1
+  exploration_units[:n, 0] = scopes.scope_units(
+      graph.node_names, EXPLORATION_UNITS)[order]
+  exploration_units[:n, 1] = np.arange(n) * EXPLORATION_BUCKETS // n
   op_ids = np.zeros(big_n, np.int32)
   type_ids = {t: op_type_id(t) for t in set(graph.op_types)}
   op_ids[:n] = [type_ids[graph.op_types[i]] for i in order]
@@ -264,10 +303,13 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
 
   return PolicyInputs(
       node_features=node_features, op_type_ids=op_ids,
+      scope_ids=padded_scope_ids,
       edge_src=edge_src, edge_dst=edge_dst, edge_features=edge_features,
       node_mask=np.arange(big_n) < n, edge_mask=np.arange(big_e) < m,
       group_ids=group_ids, group_mask=np.arange(big_g) < num_groups,
       device_features=device_features, device_mask=np.arange(big_d) < d,
+      exploration_noise=np.zeros((big_d, EXPLORATION_SIZE), np.float32),
+      exploration_units=exploration_units,
       allowed=allowed, order=order, num_nodes=n, num_groups=num_groups,
       num_devices=d)
 
@@ -349,7 +391,7 @@ def _mean_link(topology: topology_lib.Topology):
 
 
 def _node_features(graph, topology, tables, group_of_node, group_allowed,
-                   order, position) -> np.ndarray:
+                   order, position, scope_ranks, scope_counts) -> np.ndarray:
   """float64[n, F_NODE] in original node-id order."""
   n = graph.num_nodes
   allowed = group_allowed[group_of_node]  # [n, d] the group's devices
@@ -407,6 +449,9 @@ def _node_features(graph, topology, tables, group_of_node, group_allowed,
           n, min(float(memory.sum()) / float(capacity.sum()), 4.0)),
       "graph_log_depth": np.full(n, math.log1p(graph_depth) / _COUNT_SCALE),
   }
+  for slot in range(scopes.NUM_SLOTS):
+    columns[f"scope_{slot}_rank"] = scope_ranks[:, slot]
+    columns[f"scope_{slot}_log_siblings"] = scope_counts[:, slot]
   return np.stack([columns[name] for name in NODE_FEATURE_NAMES], axis=1)
 
 

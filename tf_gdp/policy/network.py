@@ -13,9 +13,25 @@ Node scores are averaged over each colocation group's members (a group is
 placed once, as one decision) and masked: devices a group may not use and
 padding devices get NEG_LOGIT, padding groups put all mass on device 0.
 NEG_LOGIT is finite so that PPO's entropy and KL terms stay finite.
+
+Coherent exploration. Sampling each group's device independently explores
+one op at a time, and some of the best placements are only reachable by
+moving many ops together: pipelining an unrolled RNN means moving a whole
+layer (thousands of ops) to another GPU, and moving a few of its ops first
+only adds transfers, so a policy that explores op by op never sees the
+reward of the move. A sampler may therefore give each sampled placement
+noise (observation `exploration_noise`: one value per device and unit,
+zeros for the greedy policy); `finish` adds to every op's logits the noise
+of its unit (outermost numbered name scope) and of its position bucket
+(an eighth of the topological order), averaged over its group, after the
+logit scale. In one sample a whole layer, or a whole stretch of the graph,
+leans towards the same device. The noise is part of the observation, so
+PPO's probabilities are exact given it. It has no weights: any policy,
+including ones saved before it existed, explores this way.
 """
 
 import dataclasses
+import math
 from typing import Optional
 
 import tensorflow as tf
@@ -27,6 +43,9 @@ from tf_gdp.policy import placer as placer_lib
 
 NEG_LOGIT = -1e9
 PLACERS = ("transformer_xl", "feedforward")
+# Fields a saved policy config may lack, with the value that reproduces the
+# policy it was saved from (fields added after that policy was trained).
+SAVED_DEFAULTS = {"scope_features": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +64,9 @@ class PolicyConfig:
     placer: "transformer_xl" or "feedforward" (ablation).
     superposition: graph embedding gates every placer layer (False: ablation).
     seed: initializer seed; the same seed gives the same initial weights.
+    scope_features: the encoder reads the numbered-scope coordinates
+      (`scopes`). Policies saved without this field predate them and load
+      with False (`SAVED_DEFAULTS`).
   """
   hidden_size: int = 64
   op_embedding_size: int = 16
@@ -57,6 +79,7 @@ class PolicyConfig:
   placer: str = "transformer_xl"
   superposition: bool = True
   seed: int = 0
+  scope_features: bool = True
 
   def __post_init__(self):
     if self.placer not in PLACERS:
@@ -102,7 +125,7 @@ class GdpPolicy(tf.keras.Model):
     c = self.config
     self.encoder = encoder_lib.GraphEncoder(
         c.hidden_size, c.gnn_rounds, c.op_embedding_size, seed=c.seed,
-        name="encoder")
+        scope_features=c.scope_features, name="encoder")
     if c.placer == "transformer_xl":
       self.placer = placer_lib.TransformerXLPlacer(
           c.placer_layers, c.num_heads, c.ffn_size, c.segment_length,
@@ -129,8 +152,23 @@ class GdpPolicy(tf.keras.Model):
   @tf.autograph.experimental.do_not_convert
   def call(self, observation, training=False):
     flat, outer = _flatten_outer(observation)
-    logits, _ = self._forward(flat, training)
+    scores, _ = self.parts(flat, training)
+    logits = self.finish(scores, flat, flat.get("exploration_noise"))
     return tf.reshape(logits, tf.concat([outer, tf.shape(logits)[1:]], 0))
+
+  @tf.autograph.experimental.do_not_convert
+  def noisy_logits(self, observation, noise) -> tf.Tensor:
+    """[S, G, D]: the logits of one observation under S noise draws.
+
+    The network runs once; only the exploration term differs per draw.
+    `noise` is float[S, D, features.EXPLORATION_SIZE].
+    """
+    flat, _ = _flatten_outer(observation)
+    scores, _ = self.parts(flat)
+    draws = tf.shape(noise)[0]
+    tile = lambda x: tf.repeat(x[:1], draws, axis=0)
+    needed = {k: tile(flat[k]) for k in _FINISH_KEYS}
+    return self.finish(tile(scores), needed, noise)
 
   @tf.autograph.experimental.do_not_convert
   def graph_embedding(self, observation, training=False) -> tf.Tensor:
@@ -140,7 +178,14 @@ class GdpPolicy(tf.keras.Model):
     return tf.reshape(embedding,
                       tf.concat([outer, tf.shape(embedding)[1:]], 0))
 
-  def _forward(self, observation, training):
+  @tf.autograph.experimental.do_not_convert
+  def parts(self, observation, training=False):
+    """The graph-level pieces of the logits (flat [B] observation).
+
+    Returns (group scores float[B, G, D] before scaling, noise and masking;
+    the graph embedding). `finish` turns scores into logits: rows showing
+    the same graph can share one `parts` and differ in their noise.
+    """
     node_mask = tf.cast(observation["node_mask"], tf.bool)
     node_states, graph_embedding = self.encoder(observation, training=training)
     states = self.placer((node_states, node_mask, graph_embedding),
@@ -148,14 +193,45 @@ class GdpPolicy(tf.keras.Model):
     device_mask = tf.cast(observation["device_mask"], tf.bool)
     device_embeddings = self.device_encoder(
         (observation["device_features"], device_mask), training=training)
-    node_logits = self.scorer(
-        (_with_contrast(states, node_mask), device_embeddings),
-        training=training)
+    contrast = _with_contrast(states, node_mask)
+    node_logits = self.scorer((contrast, device_embeddings), training=training)
+    num_groups = tf.shape(observation["group_mask"])[1]
     group_logits = _group_mean(node_logits, observation["group_ids"],
-                               node_mask,
-                               tf.shape(observation["group_mask"])[1])
-    return (_mask_logits(group_logits * self.logit_scale, observation),
-            graph_embedding)
+                               node_mask, num_groups)
+    return group_logits, graph_embedding
+
+  @tf.autograph.experimental.do_not_convert
+  def finish(self, scores, observation, noise=None):
+    """Masked logits [B, G, D]: scaled scores plus exploration noise.
+
+    `noise` is float[B, D, features.EXPLORATION_SIZE] or None; the
+    observation needs the keys in `_FINISH_KEYS`.
+    """
+    logits = scores * self.logit_scale
+    if noise is not None:
+      logits += _unit_noise(noise, observation, tf.shape(scores)[1])
+    return _mask_logits(logits, observation)
+
+
+# Observation entries `finish` reads (per row, when rows share `parts`).
+_FINISH_KEYS = ("allowed", "device_mask", "group_mask", "group_ids",
+                "node_mask", "exploration_units")
+
+
+def _unit_noise(noise, observation, num_groups):
+  """[B, G, D]: each group's mean over its ops of unit + bucket noise."""
+  noise = tf.transpose(tf.cast(noise, tf.float32), [0, 2, 1])  # [B, K, D]
+  units = tf.cast(observation["exploration_units"], tf.int32)
+  unit = units[..., 0]
+  bucket = tf.clip_by_value(units[..., 1], 0, features.EXPLORATION_BUCKETS - 1)
+  by_unit = tf.gather(noise, tf.clip_by_value(
+      unit, 0, features.EXPLORATION_UNITS - 1), batch_dims=1)  # [B, N, D]
+  by_unit *= tf.cast(unit >= 0, tf.float32)[..., None]
+  by_bucket = tf.gather(noise, features.EXPLORATION_UNITS + bucket,
+                        batch_dims=1)
+  node_mask = tf.cast(observation["node_mask"], tf.bool)
+  return _group_mean(by_unit + by_bucket, observation["group_ids"], node_mask,
+                     num_groups)
 
 
 def _with_contrast(states, node_mask):

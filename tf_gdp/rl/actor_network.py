@@ -66,7 +66,12 @@ class GroupCategorical(tfd.Independent):
 
 
 def shared_logits(policy, observations: dict, training: bool = False):
-  """policy(observations) -> logits [B, G, D], one pass per distinct graph."""
+  """policy(observations) -> logits [B, G, D], one pass per distinct graph.
+
+  A policy with `parts` / `finish` (GdpPolicy) runs its network once per
+  distinct graph and finishes every row with that row's own exploration
+  noise; any other policy is called once per distinct graph.
+  """
   observations = dict(observations)
   ids = observations.pop(environment.GRAPH_ID, None)
   if ids is None:
@@ -75,7 +80,11 @@ def shared_logits(policy, observations: dict, training: bool = False):
   rows = tf.range(tf.shape(index)[0])
   first = tf.math.unsorted_segment_min(rows, index, tf.size(unique))
   distinct = {k: tf.gather(v, first) for k, v in observations.items()}
-  return tf.gather(policy(distinct, training=training), index)
+  if not hasattr(policy, "parts"):
+    return tf.gather(policy(distinct, training=training), index)
+  scores, _ = policy.parts(distinct, training=training)
+  return policy.finish(tf.gather(scores, index), observations,
+                       observations.get("exploration_noise"))
 
 
 class _BuiltOnExample:

@@ -1,12 +1,15 @@
-"""What the `pretrain` and `finetune` commands share (flag values in, no flags).
+"""What the `pretrain` and `finetune` commands share: flags and their meaning.
 
-Each command module defines its own absl flags (only the chosen command's
-module is imported); this turns their values into library objects.
+Only the chosen command's module is imported, so each calls
+`define_training_flags(__name__)` once at import; the flags are listed under
+that command's `--help`. The helpers below turn flag values into library
+objects.
 """
 
+import dataclasses
 import math
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from tf_gdp import errors
 from tf_gdp.cost import topology as topology_lib
@@ -27,11 +30,14 @@ def budget(*, seconds: Optional[float], evaluations: Optional[int],
 def train_config(*, samples: int, graphs_per_iteration: int,
                  learning_rate: float, epochs: int, entropy: float,
                  ratio: str, seed: int, log_every_seconds: float,
-                 checkpoint_every_seconds: float) -> train_lib.TrainConfig:
+                 checkpoint_every_seconds: float,
+                 exploration_scale: float = train_lib.EXPLORATION_SCALE
+                 ) -> train_lib.TrainConfig:
   return train_lib.TrainConfig(
       samples_per_graph=samples, graphs_per_iteration=graphs_per_iteration,
       seed=seed, log_every_seconds=log_every_seconds,
       checkpoint_every_seconds=checkpoint_every_seconds,
+      exploration_scale=exploration_scale,
       ppo=ppo.PpoConfig(learning_rate=learning_rate, num_epochs=epochs,
                         entropy_regularization=entropy, ratio=ratio))
 
@@ -54,6 +60,96 @@ def env_options(*, backend: str, measure: Optional[str],
         "on")
   return {"backend": backend, "measure_target": measure,
           "measure_repeats": measure_repeats}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingFlags:
+  """Holders of the flags `pretrain` and `finetune` share."""
+  budget_seconds: Any
+  budget_evaluations: Any
+  budget_iterations: Any
+  samples: Any
+  learning_rate: Any
+  epochs: Any
+  entropy: Any
+  exploration: Any
+  ratio: Any
+  backend: Any
+  measure: Any
+  measure_repeats: Any
+  log_every: Any
+  checkpoint_every: Any
+
+  def budget(self) -> train_lib.Budget:
+    return budget(seconds=self.budget_seconds.value,
+                  evaluations=self.budget_evaluations.value,
+                  iterations=self.budget_iterations.value)
+
+  def train_config(self, *, graphs_per_iteration: int,
+                   seed: int) -> train_lib.TrainConfig:
+    return train_config(
+        samples=self.samples.value, graphs_per_iteration=graphs_per_iteration,
+        learning_rate=self.learning_rate.value, epochs=self.epochs.value,
+        entropy=self.entropy.value, ratio=self.ratio.value, seed=seed,
+        log_every_seconds=self.log_every.value,
+        checkpoint_every_seconds=self.checkpoint_every.value,
+        exploration_scale=self.exploration.value)
+
+  def env_options(self, devices) -> dict:
+    return env_options(backend=self.backend.value, measure=self.measure.value,
+                       measure_repeats=self.measure_repeats.value,
+                       devices=devices)
+
+
+def define_training_flags(module_name: str) -> TrainingFlags:
+  """Defines the budget, PPO, reward-backend and logging flags."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  own = {"module_name": module_name}
+  return TrainingFlags(
+      budget_seconds=flags.DEFINE_float(
+          "budget_seconds", None, "Stop after this much training time "
+          "(resumes included).", lower_bound=0.001, **own),
+      budget_evaluations=flags.DEFINE_integer(
+          "budget_evaluations", None, "Stop after this many placement "
+          "evaluations.", lower_bound=1, **own),
+      budget_iterations=flags.DEFINE_integer(
+          "budget_iterations", None, "Stop after this many PPO iterations.",
+          lower_bound=1, **own),
+      samples=flags.DEFINE_integer(
+          "samples", 16, "Placements sampled per graph per iteration.",
+          lower_bound=2, **own),
+      learning_rate=flags.DEFINE_float(
+          "learning_rate", 1e-3, "Adam step size.", lower_bound=0.0, **own),
+      epochs=flags.DEFINE_integer(
+          "epochs", 4, "PPO epochs per iteration.", lower_bound=1, **own),
+      entropy=flags.DEFINE_float(
+          "entropy", 0.01, "Weight of the per-group entropy bonus.",
+          lower_bound=0.0, **own),
+      exploration=flags.DEFINE_float(
+          "exploration", train_lib.EXPLORATION_SCALE, "Standard deviation "
+          "of the coherent exploration noise: each sampled placement pushes "
+          "whole name scopes and stretches of the graph towards random "
+          "devices (0: sample every op group independently).",
+          lower_bound=0.0, **own),
+      ratio=flags.DEFINE_enum(
+          "ratio", "per_group", list(ppo.RATIOS),
+          "PPO importance ratios per group or joint.", **own),
+      backend=flags.DEFINE_enum(
+          "backend", "simulate", ["simulate", "measure", "mix"],
+          "Reward: the simulator, real runs (--measure), or simulate then "
+          "measure the best candidates.", **own),
+      measure=flags.DEFINE_string(
+          "measure", None, "Where measured rewards run: local, "
+          "cpu-workers:K or grpc://host:port.", **own),
+      measure_repeats=flags.DEFINE_integer(
+          "measure_repeats", 3, "Timed steps per measurement.",
+          lower_bound=1, **own),
+      log_every=flags.DEFINE_float(
+          "log_every", 10.0, "Seconds between progress lines.",
+          lower_bound=0.0, **own),
+      checkpoint_every=flags.DEFINE_float(
+          "checkpoint_every", 60.0, "Seconds between checkpoints (0: every "
+          "iteration).", lower_bound=0.0, **own))
 
 
 def quiet_tensorflow_logs() -> None:

@@ -77,6 +77,7 @@ from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 from tf_gdp.policy import features
+from tf_gdp.policy import scopes
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 
@@ -536,6 +537,8 @@ def observation_spec(padding: dict, num_tasks: int) -> dict:
   n, g, d = (padding["max_nodes"], padding["max_groups"],
              padding["max_devices"])
   bounds = {"op_type_ids": (0, features.OP_VOCAB - 1),
+            "scope_ids": (0, scopes.SCOPE_VOCAB - 1),
+            "exploration_units": (-1, features.EXPLORATION_UNITS - 1),
             "edge_src": (0, n - 1), "edge_dst": (0, n - 1),
             "group_ids": (0, g - 1), "num_nodes": (1, n),
             "num_groups": (1, g), "num_devices": (1, d)}

@@ -106,6 +106,12 @@ class Budget:
     return max(min(estimates), 0.0) if estimates else None
 
 
+# Standard deviation of the per-unit exploration noise of sampled placements
+# (`policy.network` module doc: whole name scopes and stretches of the
+# topological order lean towards one device per sample).
+EXPLORATION_SCALE = 0.0
+
+
 @dataclasses.dataclass
 class TrainConfig:
   """Training loop settings (PPO's own in `ppo`).
@@ -129,9 +135,13 @@ class TrainConfig:
     max_checkpoints: checkpoints kept.
     log_every_seconds: time between progress lines.
     seed: seeds sampling and task draws.
+    exploration_scale: standard deviation of the coherent exploration noise
+      of sampled placements (`policy.network` module doc); 0 samples each
+      group independently from the policy's logits.
   """
   samples_per_graph: int = 16
   graphs_per_iteration: int = 4
+  exploration_scale: float = EXPLORATION_SCALE
   evaluate_greedy: bool = True
   baseline: str = "sample_mean"
   advantage_scale_floor: float = 0.01
@@ -199,6 +209,9 @@ class ZeroShotResult:
     sample_step_times_us: float[K] the samples' step times.
     group_devices: int32[num_groups] the chosen action.
     seconds: wall-clock time (inputs, forward pass, sampling, simulation).
+    valid_step_times_us: float[1 + K] greedy then samples, in the order they
+      count as reward evaluations; inf where a placement does not fit
+      memory (search-cost curves start from it).
   """
   placement: np.ndarray
   step_time_us: float
@@ -208,6 +221,7 @@ class ZeroShotResult:
   sample_step_times_us: np.ndarray
   group_devices: np.ndarray
   seconds: float
+  valid_step_times_us: np.ndarray
 
 
 class Trainer:
@@ -259,6 +273,8 @@ class Trainer:
     self.rng = tf.random.Generator.from_seed(self.config.seed)
     self.best_json = tf.Variable("{}", dtype=tf.string, name="best")
     self._train_fn = common.function(self.agent.train)
+    self._explores = (self.config.exploration_scale > 0 and
+                      hasattr(policy, "finish"))
     self._sample_fn = tf.function(self._sample)
     self.checkpoint = tf.train.Checkpoint(
         policy=policy, value_net=self.value_net, optimizer=self.optimizer,
@@ -372,16 +388,50 @@ class Trainer:
   # ---- one iteration ---------------------------------------------------------
 
   def _sample(self, observations, seed, num_samples: int):
-    distribution, _ = self.actor_net(observations, training=False)
-    logits = distribution.logits
-    actions = distribution.sample(num_samples, seed=seed)
-    greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    """Base logits' greedy actions and entropy; K sampled placements per graph.
+
+    With coherent exploration (`policy.network` module doc) every sample has
+    its own noise, so its own logits: rows [T*K] (row t*K + j is sample j of
+    graph t) plus the T noise-free rows, in one call that runs the network
+    once per graph. Returns (logits: [T, G, D], or [T*K, G, D] per sample
+    with exploration; actions [K, T, G]; greedy [T, G]; values [T];
+    entropy [T]; noise [T*K, D, k] or an empty tensor).
+    """
+    if not self._explores:
+      distribution, _ = self.actor_net(observations, training=False)
+      logits = distribution.logits
+      actions = distribution.sample(num_samples, seed=seed)
+      noise = tf.zeros([0])
+    else:
+      noise_seed, sample_seed = tf.unstack(
+          tf.random.experimental.stateless_split(seed, 2))
+      rows = {k: tf.repeat(v, num_samples, axis=0)
+              for k, v in observations.items()}
+      noise = self.config.exploration_scale * tf.random.stateless_normal(
+          tf.shape(rows["exploration_noise"]), seed=noise_seed)
+      rows["exploration_noise"] = noise
+      both = {k: tf.concat([rows[k], v], axis=0)
+              for k, v in observations.items()}
+      distribution, _ = self.actor_net(both, training=False)
+      count = tf.shape(noise)[0]
+      row_logits = distribution.logits[:count]
+      logits_all = distribution.logits
+      sampled = stateless_categorical_sample(row_logits, sample_seed)  # [T*K, G]
+      graphs = tf.shape(observations["node_mask"])[0]
+      actions = tf.transpose(tf.reshape(
+          sampled, [graphs, num_samples, -1]), [1, 0, 2])
+      base = logits_all[count:]
+    if not self._explores:
+      base = logits
+    greedy = tf.argmax(base, axis=-1, output_type=tf.int32)
     values, _ = self.value_net(observations, training=False)
-    entropy = tfp_categorical_entropy(logits)
+    entropy = tfp_categorical_entropy(base)
     mask = tf.cast(observations["group_mask"], tf.float32)
     entropy = tf.reduce_sum(entropy * mask, -1) / tf.maximum(
         tf.reduce_sum(mask, -1), 1.0)
-    return logits, actions, greedy, values, entropy
+    if self._explores:
+      logits = row_logits
+    return logits, actions, greedy, values, entropy, noise
 
   def _draw_tasks(self) -> np.ndarray:
     count = min(self.config.graphs_per_iteration, self.env.num_tasks)
@@ -398,9 +448,10 @@ class Trainer:
     stacked = {key: np.stack([self.env.observation(int(i))[key] for i in tasks])
                for key in self.env.observation(int(tasks[0]))}
     seed = tf.cast(self.rng.make_seeds(1)[:, 0], tf.int32)
-    logits, actions, greedy, values, entropy = self._sample_fn(
+    logits, actions, greedy, values, entropy, noise = self._sample_fn(
         stacked, seed, k)
     logits, actions, greedy = logits.numpy(), actions.numpy(), greedy.numpy()
+    noise = noise.numpy() if self._explores else None
     values, entropy = values.numpy(), entropy.numpy()
     forward_seconds = time.perf_counter() - clock
 
@@ -432,7 +483,7 @@ class Trainer:
     advantages = centred / np.maximum(rewards.std(axis=1, keepdims=True),
                                       self.config.advantage_scale_floor)
     experience = self._experience(stacked, tasks, logits, actions, values,
-                                  returns, advantages)
+                                  returns, advantages, noise)
     with self.writer.as_default():
       for _ in range(self.config.ppo.num_epochs):
         loss_info = self._train_fn(experience=experience)
@@ -463,8 +514,12 @@ class Trainer:
     return stats
 
   def _experience(self, stacked, tasks, logits, actions, values, returns,
-                  advantages) -> trajectory.Trajectory:
-    """[T*K, 1] trajectories, rows grouped by task."""
+                  advantages, noise=None) -> trajectory.Trajectory:
+    """[T*K, 1] trajectories, rows grouped by task.
+
+    `logits` are per graph [T, ...], or per row [T*K, ...] when `noise`
+    (the rows' exploration noise) is given.
+    """
     k = self.config.samples_per_graph
     rows = np.repeat(np.arange(len(tasks)), k)
 
@@ -474,6 +529,12 @@ class Trainer:
 
     batch = rows.shape[0]
     observation = {key: per_row(value) for key, value in stacked.items()}
+    if noise is not None:
+      observation["exploration_noise"] = tf.convert_to_tensor(
+          np.asarray(noise, np.float32)[:, None])
+      behaviour = tf.convert_to_tensor(np.asarray(logits, np.float32)[:, None])
+    else:
+      behaviour = per_row(logits, np.float32)
     action = tf.convert_to_tensor(
         np.transpose(actions, (1, 0, 2)).reshape(batch, -1)[:, None]
         .astype(np.int32))
@@ -484,7 +545,7 @@ class Trainer:
         step_type=tf.constant(ones * int(ts.StepType.FIRST)),
         observation=observation,
         action=action,
-        policy_info={"dist_params": {"logits": per_row(logits, np.float32)},
+        policy_info={"dist_params": {"logits": behaviour},
                      "value_prediction": flat(np.asarray(values)[rows]),
                      "return": flat(returns),
                      "advantage": flat(advantages)},
@@ -632,6 +693,13 @@ def lock_root_dir(root_dir: str) -> None:
   _HELD_LOCKS[path] = handle
 
 
+def stateless_categorical_sample(logits: tf.Tensor, seed) -> tf.Tensor:
+  """One int32 draw per row of logits [..., D] (stateless, `seed` int32[2])."""
+  flat = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
+  draws = tf.random.stateless_categorical(flat, 1, seed=seed, dtype=tf.int32)
+  return tf.reshape(draws, tf.shape(logits)[:-1])
+
+
 def tfp_categorical_entropy(logits: tf.Tensor) -> tf.Tensor:
   """Entropy per group of softmax(logits) over the last axis (nats)."""
   log_p = tf.nn.log_softmax(logits, axis=-1)
@@ -660,6 +728,19 @@ def build_policy(config: Optional[dict] = None) -> tf.keras.Model:
   except (TypeError, ValueError) as e:
     raise errors.InputError(f"bad policy config: {e}") from e
   return network.GdpPolicy(policy_config)
+
+
+def read_policy_config(path: str) -> dict:
+  """A saved policy config; fields it predates get their old behaviour."""
+  from tf_gdp.policy import network  # pylint: disable=g-import-not-at-top
+  try:
+    with open(path, encoding="utf-8") as f:
+      config = json.load(f)
+  except (OSError, ValueError) as e:
+    raise errors.InputError(f"{path}: unreadable policy config: {e}") from e
+  if not isinstance(config, dict):
+    raise errors.InputError(f"{path}: a policy config must be a JSON object")
+  return {**network.SAVED_DEFAULTS, **config}
 
 
 def policy_config_dict(policy: tf.keras.Model) -> dict:
@@ -713,8 +794,7 @@ def load_policy(path: str) -> tf.keras.Model:
   if not os.path.isfile(config_path):
     raise errors.InputError(
         f"{path}: not a saved policy (no {POLICY_CONFIG_FILE})")
-  with open(config_path, encoding="utf-8") as f:
-    config = json.load(f)
+  config = read_policy_config(config_path)
   policy = build_policy(config)
   prefix = os.path.join(path, POLICY_WEIGHTS)
   if not tf.io.gfile.exists(prefix + ".index"):
@@ -768,8 +848,7 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
   os.makedirs(root_dir, exist_ok=True)
   config_path = os.path.join(root_dir, POLICY_CONFIG_FILE)
   if os.path.isfile(config_path):
-    with open(config_path, encoding="utf-8") as f:
-      policy_config = json.load(f)
+    policy_config = read_policy_config(config_path)
   policy = build_policy(policy_config)
   fileio.write_atomically(config_path,
                           json.dumps(policy_config_dict(policy), indent=1))
@@ -890,7 +969,8 @@ def finetune(policy_path: str, task, topology=None, *, budget: Budget,
 
 def zeroshot(policy, task, topology=None, *, samples: int = 16,
              seed: int = 0,
-             entropy_floor: float = ENTROPY_FLOOR) -> ZeroShotResult:
+             entropy_floor: float = ENTROPY_FLOOR,
+             exploration_scale: float = EXPLORATION_SCALE) -> ZeroShotResult:
   """Places an unseen graph with one forward pass of `policy`.
 
   Greedy (argmax per group) and `samples` sampled placements are simulated
@@ -907,6 +987,8 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
     entropy_floor: samples are drawn from logits scaled so that their mean
       entropy is at least this (`entropy_floor_scale`): a nearly
       deterministic policy would otherwise only repeat its greedy choice.
+    exploration_scale: each sample's coherent exploration noise (as in
+      training, `TrainConfig.exploration_scale`); 0 for none.
   """
   started = time.perf_counter()
   task = _as_task(task, topology)
@@ -915,14 +997,32 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
   inputs = features.policy_inputs(task.graph, task.topology)
   observation = {k: tf.convert_to_tensor(v[None])
                  for k, v in features.as_tensors(inputs).items()}
-  logits = _policy_logits(policy, observation)
+  seed_pair = tf.constant([seed, 0], tf.int32)
+  sample_logits = None
+  if exploration_scale > 0 and hasattr(policy, "noisy_logits"):
+    # One network pass: row 0 noise-free (greedy), then each sample under
+    # its own exploration noise (coherent moves, `policy.network` doc).
+    shape = [samples + 1] + observation["exploration_noise"].shape[1:].as_list()
+    noise = exploration_scale * tf.random.stateless_normal(
+        shape, seed=seed_pair + [0, 1])
+    noise = tf.concat([tf.zeros_like(noise[:1]), noise[1:]], 0)
+    every = policy.noisy_logits(observation, noise)
+    logits, sample_logits = every[0], every[1:]
+  else:
+    logits = _policy_logits(policy, observation)
   greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
   factor = entropy_floor_scale(logits.numpy(), observation["group_mask"][0],
                                entropy_floor)
-  sampled = tf.random.stateless_categorical(
-      tf.reshape(logits * factor, [-1, tf.shape(logits)[-1]]), samples,
-      seed=tf.constant([seed, 0], tf.int32), dtype=tf.int32)  # [G, K]
-  actions = np.concatenate([greedy.numpy()[None], tf.transpose(sampled).numpy()])
+  if sample_logits is not None:
+    # The floor's factor scales the policy's logits, not the noise (as in
+    # training, where the noise is added after `logit_scale`).
+    sampled = stateless_categorical_sample(
+        logits * factor + (sample_logits - logits), seed_pair)
+  else:
+    sampled = tf.transpose(tf.random.stateless_categorical(
+        tf.reshape(logits * factor, [-1, tf.shape(logits)[-1]]), samples,
+        seed=seed_pair, dtype=tf.int32))  # [K, G]
+  actions = np.concatenate([greedy.numpy()[None], sampled.numpy()])
   placements = np.stack([features.group_to_node_placement(inputs, row)
                          for row in actions])
   result = simulator.simulate_batch(task.graph, placements, task.topology)
@@ -937,7 +1037,8 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
       chosen="greedy" if best == 0 else "sample",
       greedy_step_time_us=float(step[0]), sample_step_times_us=step[1:],
       group_devices=actions[best, :inputs.num_groups].astype(np.int32),
-      seconds=time.perf_counter() - started)
+      seconds=time.perf_counter() - started,
+      valid_step_times_us=np.where(result.valid, step, np.inf))
 
 
 def _policy_logits(policy, observation) -> tf.Tensor:

@@ -1,0 +1,131 @@
+"""Scope coordinates: where an op sits among its numbered sibling scopes.
+
+Model code names its repeated blocks: `encoder/layer_3/...`,
+`stack_1/layer_4/...`, `lstm/layer_0/t12/...`. A practitioner splitting a
+model by hand reads exactly these numbers (LSTM layer i on GPU i), and
+structure alone cannot give them: every layer of an unrolled RNN is built from
+the same cells, so a few rounds of message passing see the same neighbourhood
+in layer 0 and in layer 7. Each op therefore gets, for its first `NUM_SLOTS`
+numbered scope components (outermost first, the op's own name excluded):
+
+* the component's stem (`layer_`, `t`, `stack_`), hashed into `SCOPE_VOCAB`
+  ids for the encoder to embed (0: no such component), so the policy can
+  learn which kind of number means "layer";
+* the rank of its number among the numbers that the same scope template
+  carries anywhere in the graph, scaled to [0, 1] (layer 3 of layers 0-7 is
+  3/7), so a policy trained with 4 layers reads 8 layers on the same scale;
+* how many distinct numbers that template has (log-scaled).
+
+Backward ops (`gradient_tape/...`, TF1's `gradients/...`) take the
+coordinates of the forward scope they differentiate. Nothing here knows any
+model family: it is the names' own numbering, so a graph with meaningless
+names simply gets uninformative coordinates.
+"""
+
+import math
+import re
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+NUM_SLOTS = 2
+SCOPE_VOCAB = 256
+_COUNT_SCALE = 5.0
+_BACKWARD_PREFIXES = ("gradient_tape/", "gradients/")
+# A scope component that ends in a number after a letter or underscore:
+# `layer_3`, `t12`, `mixed10`, `conv2d_22` (not `conv2d`, not `3`).
+_NUMBERED = re.compile(r"^(.*[A-Za-z_])(\d+)$")
+
+
+def stem_id(stem: str) -> int:
+  """Stable hashed id of a scope stem, in [1, SCOPE_VOCAB).
+
+  Case and trailing separators do not matter: `layer_`, `layer` and
+  `Layer-` are one stem, as different model code spells the same idea.
+  """
+  key = stem.lower().rstrip("_-.")
+  return 1 + zlib.crc32(key.encode("utf-8")) % (SCOPE_VOCAB - 1)
+
+
+def _numbered_components(name: str):
+  """[(template key, stem, number)] of the first NUM_SLOTS numbered scopes."""
+  for prefix in _BACKWARD_PREFIXES:
+    if name.startswith(prefix):
+      name = name[len(prefix):]
+      break
+  parts = name.split("/")[:-1]
+  found = []
+  template = []
+  for part in parts:
+    match = _NUMBERED.match(part)
+    if match is None:
+      template.append(part)
+      continue
+    stem = match.group(1)
+    template.append(stem + "#")
+    found.append(("/".join(template), stem, int(match.group(2))))
+    if len(found) == NUM_SLOTS:
+      break
+  return found
+
+
+def scope_coordinates(names: Sequence[str]):
+  """Per op (in `names` order): stem ids, ranks and sibling counts.
+
+  Returns:
+    (int32[n, NUM_SLOTS] stem ids, 0 where the op has fewer numbered scopes;
+     float64[n, NUM_SLOTS] rank of the number in [0, 1];
+     float64[n, NUM_SLOTS] log1p(distinct numbers - 1) / 5).
+  """
+  n = len(names)
+  ids = np.zeros((n, NUM_SLOTS), np.int32)
+  ranks = np.zeros((n, NUM_SLOTS))
+  counts = np.zeros((n, NUM_SLOTS))
+  per_op = [_numbered_components(name) for name in names]
+  numbers_of = {}
+  for found in per_op:
+    for key, _, number in found:
+      numbers_of.setdefault(key, set()).add(number)
+  scale = {}
+  for key, numbers in numbers_of.items():
+    ordered = sorted(numbers)
+    span = max(len(ordered) - 1, 1)
+    scale[key] = ({v: i / span for i, v in enumerate(ordered)},
+                  math.log1p(len(ordered) - 1) / _COUNT_SCALE)
+  stem_ids = {}
+  for i, found in enumerate(per_op):
+    for slot, (key, stem, number) in enumerate(found):
+      if stem not in stem_ids:
+        stem_ids[stem] = stem_id(stem)
+      rank_of, log_count = scale[key]
+      ids[i, slot] = stem_ids[stem]
+      ranks[i, slot] = rank_of[number]
+      counts[i, slot] = log_count
+  return ids, ranks, counts
+
+
+def scope_units(names: Sequence[str], num_slots: int) -> np.ndarray:
+  """int32[n]: each op's outermost numbered scope as a slot in [0, num_slots).
+
+  The unit is the scope path up to and including the first numbered
+  component (`lstm/layer_3`, `encoder/layer_0`, `stack_1`; backward ops join
+  their forward scope), hashed into `num_slots`; -1 for ops with no numbered
+  scope. Coherent exploration moves a unit's ops together.
+  """
+  units = np.full(len(names), -1, np.int32)
+  slot_of = {}
+  for i, name in enumerate(names):
+    for prefix in _BACKWARD_PREFIXES:
+      if name.startswith(prefix):
+        name = name[len(prefix):]
+        break
+    parts = name.split("/")[:-1]
+    for depth, part in enumerate(parts):
+      if _NUMBERED.match(part):
+        key = "/".join(parts[:depth + 1])
+        if key not in slot_of:
+          slot_of[key] = zlib.crc32(key.encode("utf-8")) % num_slots
+        units[i] = slot_of[key]
+        break
+  return units
