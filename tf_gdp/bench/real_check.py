@@ -34,7 +34,8 @@ BASELINES = ("single_device", "round_robin", "m_topo", "m_etf", "m_sct",
 def check_graph(name: str, cluster, topology, *, policy: str,
                 finetune_seconds: float, sweeps: int, repeats: int,
                 samples: int, seed: int, backend: str = "measure",
-                exploration: float = 0.0, log=print) -> dict:
+                exploration: float = 0.0, entropy: float = 0.01,
+                log=print) -> dict:
   """Baselines and GDP fine-tuned on real rewards; final measured sweeps.
 
   `backend` is the fine-tuning reward: "measure" (every sample run on the
@@ -46,6 +47,7 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import ppo  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
   extracted = extract.from_function(agreement_check.BUILDERS[name]())
   graph = sources.cost(extracted, name=name, devices=_DEVICES)
@@ -58,6 +60,8 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   config = train_lib.TrainConfig(graphs_per_iteration=1,
                                  samples_per_graph=samples, seed=seed,
                                  exploration_scale=exploration,
+                                 ppo=ppo.PpoConfig(
+                                     entropy_regularization=entropy),
                                  log_every_seconds=30.0,
                                  checkpoint_every_seconds=1e9)
   started = time.perf_counter()
@@ -95,6 +99,7 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   return {
       "graph": name, "nodes": graph.num_nodes, "rows": rows,
       "finetune": {"backend": backend, "exploration": exploration,
+                   "entropy": entropy,
                    "iterations": tuned.iterations,
                    "evaluations": tuned.evaluations,
                    "seconds": tuned.seconds,
@@ -136,7 +141,8 @@ def main(argv):
           policy=_POLICY.value or placing.PRETRAINED_POLICY,
           finetune_seconds=_FINETUNE.value, sweeps=_SWEEPS.value,
           repeats=_REPEATS.value, samples=_SAMPLES.value, seed=_SEED.value,
-          backend=_BACKEND.value, exploration=_EXPLORATION.value))
+          backend=_BACKEND.value, exploration=_EXPLORATION.value,
+          entropy=_ENTROPY.value))
   print(format_table(results))
   harness.finish_run("real_check", results, started, _JSON_OUT.value)
 
@@ -161,5 +167,7 @@ if __name__ == "__main__":
   _EXPLORATION = flags.DEFINE_float(
       "exploration", 0.0, "Coherent exploration noise of the samples.",
       lower_bound=0.0)
+  _ENTROPY = flags.DEFINE_float("entropy", 0.01, "PPO's entropy bonus.",
+                                lower_bound=0.0)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   app.run(main)
