@@ -189,6 +189,15 @@ def _traced_run(sess, targets, feeds) -> Dict[str, float]:
   options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
   metadata = config_pb2.RunMetadata()
   sess.run(targets, feeds, options=options, run_metadata=metadata)
+  return node_micros(metadata)
+
+
+def node_micros(metadata) -> Dict[str, float]:
+  """Op name -> traced time (us) from a FULL_TRACE RunMetadata.
+
+  An op's kernels on one device add up; across devices (an op's send and
+  receive halves) the longest counts.
+  """
   per_node: Dict[str, float] = {}
   for device_stats in metadata.step_stats.dev_stats:
     on_device: Dict[str, float] = {}

@@ -63,6 +63,7 @@ from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-
 
 from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
 from grappler_bridge import graph_view  # pylint: disable=g-import-not-at-top
+from grappler_bridge import profiling  # pylint: disable=g-import-not-at-top
 from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
 from tf_gdp import errors  # pylint: disable=g-import-not-at-top
 from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
@@ -639,17 +640,7 @@ class _Runner:
     metadata = config_pb2.RunMetadata()
     self.run(self._targets, self._feeds, "the traced step", options=options,
              run_metadata=metadata)
-    per_node: Dict[str, float] = {}
-    for device_stats in metadata.step_stats.dev_stats:
-      on_device: Dict[str, float] = {}
-      for stats in device_stats.node_stats:
-        name = stats.node_name.split(":")[0]
-        micros = (stats.all_end_rel_nanos / 1e3 if stats.all_end_rel_nanos
-                  else float(stats.all_end_rel_micros))
-        on_device[name] = on_device.get(name, 0.0) + micros
-      for name, micros in on_device.items():
-        per_node[name] = max(per_node.get(name, 0.0), micros)
-    return per_node
+    return profiling.node_micros(metadata)
 
 
 @contextlib.contextmanager
