@@ -209,7 +209,13 @@ class GdpPolicy(tf.keras.Model):
     """
     logits = scores * self.logit_scale
     if noise is not None:
-      logits += _unit_noise(noise, observation, tf.shape(scores)[1])
+      # Observations carry zeros unless a sampler explores: skip the gathers
+      # then (training and greedy passes run this for every row).
+      noise = tf.cast(noise, tf.float32)
+      logits += tf.cond(
+          tf.reduce_any(tf.not_equal(noise, 0.0)),
+          lambda: _unit_noise(noise, observation, tf.shape(scores)[1]),
+          lambda: tf.zeros_like(logits))
     return _mask_logits(logits, observation)
 
 
@@ -220,7 +226,7 @@ _FINISH_KEYS = ("allowed", "device_mask", "group_mask", "group_ids",
 
 def _unit_noise(noise, observation, num_groups):
   """[B, G, D]: each group's mean over its ops of unit + bucket noise."""
-  noise = tf.transpose(tf.cast(noise, tf.float32), [0, 2, 1])  # [B, K, D]
+  noise = tf.transpose(noise, [0, 2, 1])  # [B, K, D]
   units = tf.cast(observation["exploration_units"], tf.int32)
   unit = units[..., 0]
   bucket = tf.clip_by_value(units[..., 1], 0, features.EXPLORATION_BUCKETS - 1)

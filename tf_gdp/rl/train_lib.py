@@ -399,7 +399,7 @@ class Trainer:
     """
     if not self._explores:
       distribution, _ = self.actor_net(observations, training=False)
-      logits = distribution.logits
+      logits = base = distribution.logits
       actions = distribution.sample(num_samples, seed=seed)
       noise = tf.zeros([0])
     else:
@@ -414,23 +414,17 @@ class Trainer:
               for k, v in observations.items()}
       distribution, _ = self.actor_net(both, training=False)
       count = tf.shape(noise)[0]
-      row_logits = distribution.logits[:count]
-      logits_all = distribution.logits
-      sampled = stateless_categorical_sample(row_logits, sample_seed)  # [T*K, G]
+      logits, base = distribution.logits[:count], distribution.logits[count:]
+      sampled = stateless_categorical_sample(logits, sample_seed)  # [T*K, G]
       graphs = tf.shape(observations["node_mask"])[0]
       actions = tf.transpose(tf.reshape(
           sampled, [graphs, num_samples, -1]), [1, 0, 2])
-      base = logits_all[count:]
-    if not self._explores:
-      base = logits
     greedy = tf.argmax(base, axis=-1, output_type=tf.int32)
     values, _ = self.value_net(observations, training=False)
     entropy = tfp_categorical_entropy(base)
     mask = tf.cast(observations["group_mask"], tf.float32)
     entropy = tf.reduce_sum(entropy * mask, -1) / tf.maximum(
         tf.reduce_sum(mask, -1), 1.0)
-    if self._explores:
-      logits = row_logits
     return logits, actions, greedy, values, entropy, noise
 
   def _draw_tasks(self) -> np.ndarray:
