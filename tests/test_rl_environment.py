@@ -186,7 +186,7 @@ def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch)
   assert env.best(0).step_time_us == pytest.approx(800.0)
   # Cached: measuring the same placement again costs nothing.
   env.evaluate(0, split[None])
-  assert len(measured) == 2
+  assert len(measured) == 2 == env.measurements
 
 
 def test_placement_file_round_trip(tmp_path):

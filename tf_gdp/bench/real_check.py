@@ -76,7 +76,8 @@ def check_graph(name: str, cluster, topology, *, policy: str,
     raise RuntimeError(f"{name}: fine-tuning found no valid placement")
   candidates["gdp"] = best.placement
   log(f"  {name}: gdp fine-tuned {tuned.iterations} iterations, "
-      f"{tuned.evaluations} measured placements, best "
+      f"{tuned.evaluations} evaluations, {tuned.measurements} distinct "
+      f"placements measured, best "
       f"{best.step_time_us / 1e3:.2f} ms ({time.perf_counter() - started:.0f} s)")
   times = {method: [] for method in candidates}
   for _ in range(sweeps):  # interleaved: every method in every sweep
@@ -102,6 +103,7 @@ def check_graph(name: str, cluster, topology, *, policy: str,
                    "entropy": entropy,
                    "iterations": tuned.iterations,
                    "evaluations": tuned.evaluations,
+                   "measurements": tuned.measurements,
                    "seconds": tuned.seconds,
                    "best_during_training_us": best.step_time_us},
       "best_baseline": best_baseline["method"],

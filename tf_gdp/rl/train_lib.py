@@ -176,6 +176,8 @@ class TrainResult:
     history: one dict per iteration of this session (iteration,
       evaluations, seconds, reward_mean, best_ratio, entropy, loss).
     root_dir: where checkpoints and outputs went (None if nowhere).
+    measurements: distinct placements run on the TF runtime in this session
+      (measure and mix backends; evaluations count cached repeats too).
   """
   iterations: int
   evaluations: int
@@ -185,6 +187,7 @@ class TrainResult:
   history: list
   root_dir: Optional[str] = None
   measured_references: dict = dataclasses.field(default_factory=dict)
+  measurements: int = 0
 
   def best_step_time_us(self, name: Optional[str] = None) -> float:
     if name is None:
@@ -623,7 +626,8 @@ class Trainer:
                     for i, t in enumerate(self.env.tasks)},
         history=list(self.history), root_dir=self.root_dir,
         measured_references={t.name: self.env.measured_reference_us(i)
-                             for i, t in enumerate(self.env.tasks)})
+                             for i, t in enumerate(self.env.tasks)},
+        measurements=int(getattr(self.env, "measurements", 0)))
 
   def progress_line(self, stats: dict, eta_seconds: Optional[float]) -> str:
     if self.env.num_tasks == 1:
