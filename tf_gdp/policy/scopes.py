@@ -38,6 +38,15 @@ _BACKWARD_PREFIXES = ("gradient_tape/", "gradients/")
 _NUMBERED = re.compile(r"^(.*[A-Za-z_])(\d+)$")
 
 
+def _forward_scopes(name: str) -> list:
+  """The scope components of an op's name, a backward op's forward ones."""
+  for prefix in _BACKWARD_PREFIXES:
+    if name.startswith(prefix):
+      name = name[len(prefix):]
+      break
+  return name.split("/")[:-1]
+
+
 def stem_id(stem: str) -> int:
   """Stable hashed id of a scope stem, in [1, SCOPE_VOCAB).
 
@@ -50,11 +59,7 @@ def stem_id(stem: str) -> int:
 
 def _numbered_components(name: str):
   """[(template key, stem, number)] of the first NUM_SLOTS numbered scopes."""
-  for prefix in _BACKWARD_PREFIXES:
-    if name.startswith(prefix):
-      name = name[len(prefix):]
-      break
-  parts = name.split("/")[:-1]
+  parts = _forward_scopes(name)
   found = []
   template = []
   for part in parts:
@@ -116,11 +121,7 @@ def scope_units(names: Sequence[str], num_slots: int) -> np.ndarray:
   units = np.full(len(names), -1, np.int32)
   slot_of = {}
   for i, name in enumerate(names):
-    for prefix in _BACKWARD_PREFIXES:
-      if name.startswith(prefix):
-        name = name[len(prefix):]
-        break
-    parts = name.split("/")[:-1]
+    parts = _forward_scopes(name)
     for depth, part in enumerate(parts):
       if _NUMBERED.match(part):
         key = "/".join(parts[:depth + 1])
