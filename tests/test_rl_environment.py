@@ -211,3 +211,43 @@ def test_generated_graph_sets():
     graph_sets.parse("layered:x")
   with pytest.raises(errors.InputError):
     graph_sets.parse("cells:100:width=3")
+
+
+def test_branches_are_independent_chains_joined_at_the_end():
+  (item,) = graph_sets.parse("branches:41:k=4:seed=3")
+  graph = item.load("p100x2").graph
+  assert graph.num_nodes == 41
+  join = graph.num_nodes - 1
+  # Without the join, the branches are 4 weakly connected components.
+  parent = list(range(graph.num_nodes))
+
+  def find(v):
+    while parent[v] != v:
+      v = parent[v]
+    return v
+
+  for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+    if v != join:
+      parent[find(u)] = find(v)
+  assert len({find(v) for v in range(join)}) == 4
+  # Numbered branch by branch: the topological order visits them in turn.
+  roots = [find(int(v)) for v in graph.topo_order if v != join]
+  assert sum(a != b for a, b in zip(roots, roots[1:])) == 3
+  with pytest.raises(errors.InputError, match="2K"):
+    graph_sets.parse("branches:8:k=4")
+  with pytest.raises(errors.InputError, match="k must be"):
+    graph_sets.parse("branches:80:k=1")
+
+
+def test_an_item_may_name_its_own_topology():
+  items = graph_sets.parse("layered:40:width=4,branches:30@p100x4",
+                           allow_devices=True)
+  tasks = graph_sets.placement_tasks(items, ["p100x2", "v100x8"])
+  assert [t.name for t in tasks] == ["layered_40_width4@p100x2",
+                                     "layered_40_width4@v100x8",
+                                     "branches_30@p100x4"]
+  assert [t.topology.name for t in tasks] == ["p100x2", "v100x8", "p100x4"]
+  with pytest.raises(errors.InputError, match="for pretrain"):
+    graph_sets.parse("branches:30@p100x4")
+  with pytest.raises(errors.InputError, match="GRAPH@DEVICES"):
+    graph_sets.parse("branches:30@", allow_devices=True)

@@ -424,3 +424,21 @@ def test_finetune_command_writes_a_placement(tmp_path):
       text=True, timeout=300, check=False)
   assert bad.returncode == 2, bad.stderr[-2000:]
   assert "not a saved policy" in bad.stderr
+
+
+def test_a_policy_stuck_on_one_placement_is_made_to_explore_again():
+  task = environment.PlacementTask(two_chains(), gpus())
+  env = environment.PlacementEnv([task])
+  policy = tiny_policy("feedforward")
+  config = dataclasses.replace(learn_config(), samples_per_graph=8,
+                               refloor_after=2)
+  lines = []
+  trainer = train_lib.Trainer(env, policy, config=config,
+                              log=lines.append)
+  policy.logit_scale.assign(1e4)  # certain: every sample is the greedy one
+  result = trainer.run(train_lib.Budget(iterations=2))
+  assert [h["distinct_samples"] for h in result.history] == [1.0, 1.0]
+  assert float(policy.logit_scale.numpy()) < 1e3
+  assert any("2 iterations sampled one placement only" in l for l in lines)
+  with pytest.raises(errors.InputError, match="refloor_after"):
+    train_lib.TrainConfig(refloor_after=-1)

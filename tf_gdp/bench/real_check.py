@@ -3,8 +3,13 @@
 On `cpu-workers:2` (two single-core TF worker processes over gRPC), for small
 real graphs: every baseline's placement (planned on the calibrated
 topology), and GDP fine-tuned with the `measure` reward backend (every
-sampled placement run on the cluster) from the pre-trained policy. Then all
-final placements are measured again, interleaved over several sweeps
+sampled placement run on the cluster) from the pre-trained policy. With
+`--sim_warmup_seconds`, the pre-trained policy is first fine-tuned on the
+simulator for that long (sim-to-real: the simulator is cheap and smooth,
+measured rewards are slow and punish every early cross-worker tensor), and
+the measure stage continues from there; GDP's placement is still the best
+one the policy sampled in the measure stage, judged by measurement. Then
+all final placements are measured again, interleaved over several sweeps
 (median of sweep medians), so that GDP and the baselines are timed by the
 same protocol in the same minutes of a shared machine.
 
@@ -13,7 +18,9 @@ Example:
       --finetune_seconds=180 --json_out=/tmp/real_check.json
 """
 
+import os
 import statistics
+import tempfile
 import time
 
 from absl import app
@@ -35,6 +42,7 @@ def check_graph(name: str, cluster, topology, *, policy: str,
                 finetune_seconds: float, sweeps: int, repeats: int,
                 samples: int, seed: int, backend: str = "measure",
                 exploration: float = 0.0, entropy: float = 0.01,
+                sim_warmup_seconds: float = 0.0, refloor_after: int = 0,
                 log=print) -> dict:
   """Baselines and GDP fine-tuned on real rewards; final measured sweeps.
 
@@ -60,17 +68,28 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   config = train_lib.TrainConfig(graphs_per_iteration=1,
                                  samples_per_graph=samples, seed=seed,
                                  exploration_scale=exploration,
+                                 refloor_after=refloor_after,
                                  ppo=ppo.PpoConfig(
                                      entropy_regularization=entropy),
                                  log_every_seconds=30.0,
                                  checkpoint_every_seconds=1e9)
   started = time.perf_counter()
-  tuned = train_lib.finetune(
-      policy, task, budget=train_lib.Budget(seconds=finetune_seconds),
-      config=config, env_options={"backend": backend,
-                                  "measure_target": cluster,
-                                  "measure_repeats": repeats},
-      log=lambda line: log(f"  {name}: {line}"))
+  with tempfile.TemporaryDirectory() as warm_dir:
+    if sim_warmup_seconds > 0:
+      warm = train_lib.finetune(
+          policy, task, budget=train_lib.Budget(seconds=sim_warmup_seconds),
+          root_dir=warm_dir, config=config,
+          env_options={"backend": "simulate"},
+          log=lambda line: log(f"  {name} (simulated warm-up): {line}"))
+      policy = os.path.join(warm_dir, "policy")
+      log(f"  {name}: simulated warm-up {warm.iterations} iterations, best "
+          f"{warm.best[name].step_time_us / 1e3:.2f} ms simulated")
+    tuned = train_lib.finetune(
+        policy, task, budget=train_lib.Budget(seconds=finetune_seconds),
+        config=config, env_options={"backend": backend,
+                                    "measure_target": cluster,
+                                    "measure_repeats": repeats},
+        log=lambda line: log(f"  {name}: {line}"))
   best = tuned.best[name]
   if best is None:
     raise RuntimeError(f"{name}: fine-tuning found no valid placement")
@@ -100,6 +119,8 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   return {
       "graph": name, "nodes": graph.num_nodes, "rows": rows,
       "finetune": {"backend": backend, "exploration": exploration,
+                   "sim_warmup_seconds": sim_warmup_seconds,
+                   "refloor_after": refloor_after,
                    "entropy": entropy,
                    "iterations": tuned.iterations,
                    "evaluations": tuned.evaluations,
@@ -144,7 +165,9 @@ def main(argv):
           finetune_seconds=_FINETUNE.value, sweeps=_SWEEPS.value,
           repeats=_REPEATS.value, samples=_SAMPLES.value, seed=_SEED.value,
           backend=_BACKEND.value, exploration=_EXPLORATION.value,
-          entropy=_ENTROPY.value))
+          entropy=_ENTROPY.value,
+          sim_warmup_seconds=_SIM_WARMUP.value,
+          refloor_after=_REFLOOR.value))
   print(format_table(results))
   harness.finish_run("real_check", results, started, _JSON_OUT.value)
 
@@ -171,5 +194,12 @@ if __name__ == "__main__":
       lower_bound=0.0)
   _ENTROPY = flags.DEFINE_float("entropy", 0.01, "PPO's entropy bonus.",
                                 lower_bound=0.0)
+  _SIM_WARMUP = flags.DEFINE_float(
+      "sim_warmup_seconds", 0.0, "Fine-tune on the simulator this long "
+      "before the measured stage (0: measured rewards only).",
+      lower_bound=0.0)
+  _REFLOOR = flags.DEFINE_integer(
+      "refloor_after", 0, "Make the policy explore again after this many "
+      "iterations of one placement only (0: never).", lower_bound=0)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   app.run(main)

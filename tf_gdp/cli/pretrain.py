@@ -6,7 +6,9 @@ Examples:
   tf-gdp pretrain --graphs=layered:500:seed=1,cells:400 --devices=p100x2,p100x4 \
       --root_dir=/tmp/gdp_small --budget_evaluations=20000 --placer=feedforward
 
-Every graph is placed on every `--devices` topology. A killed run resumes
+Every graph is placed on every `--devices` topology, except items written
+`GRAPH@DEVICES` (`branches:80@cpu-workers:2`), which train on that topology
+only. A killed run resumes
 from `--root_dir` (same graphs and devices); the budget counts the whole
 run. Writes `<root_dir>/policy` (the policy, for `finetune` and zero-shot
 placement), `<root_dir>/best/*.json` (the best placement per graph),
@@ -18,9 +20,7 @@ import json
 from absl import flags
 
 from tf_gdp import errors
-from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
-from tf_gdp.rl import environment
 from tf_gdp.rl import graph_sets
 from tf_gdp.rl import train_lib
 
@@ -71,16 +71,9 @@ def main(argv):
   env_options = _TRAINING.env_options(_DEVICES.value)
   config = _TRAINING.train_config(
       graphs_per_iteration=_GRAPHS_PER_ITERATION.value, seed=_SEED.value)
-  items = graph_sets.parse(_GRAPHS.value)
-  tasks = []
-  for devices in _DEVICES.value:
-    topology = topology_lib.get(devices)
-    for item in items:
-      cli_lib.progress(f"loading {item.label} for {devices}")
-      loaded = item.load(devices)
-      tasks.append(environment.PlacementTask(
-          loaded.graph, topology, extracted=loaded.extracted,
-          name=f"{item.label}@{devices}"))
+  items = graph_sets.parse(_GRAPHS.value, allow_devices=True)
+  tasks = graph_sets.placement_tasks(items, _DEVICES.value,
+                                     log=cli_lib.progress)
   result = train_lib.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,

@@ -31,13 +31,13 @@ def train_config(*, samples: int, graphs_per_iteration: int,
                  learning_rate: float, epochs: int, entropy: float,
                  ratio: str, seed: int, log_every_seconds: float,
                  checkpoint_every_seconds: float,
-                 exploration_scale: float = train_lib.EXPLORATION_SCALE
-                 ) -> train_lib.TrainConfig:
+                 exploration_scale: float = train_lib.EXPLORATION_SCALE,
+                 refloor_after: int = 0) -> train_lib.TrainConfig:
   return train_lib.TrainConfig(
       samples_per_graph=samples, graphs_per_iteration=graphs_per_iteration,
       seed=seed, log_every_seconds=log_every_seconds,
       checkpoint_every_seconds=checkpoint_every_seconds,
-      exploration_scale=exploration_scale,
+      exploration_scale=exploration_scale, refloor_after=refloor_after,
       ppo=ppo.PpoConfig(learning_rate=learning_rate, num_epochs=epochs,
                         entropy_regularization=entropy, ratio=ratio))
 
@@ -73,6 +73,7 @@ class TrainingFlags:
   epochs: Any
   entropy: Any
   exploration: Any
+  refloor_after: Any
   ratio: Any
   backend: Any
   measure: Any
@@ -93,7 +94,8 @@ class TrainingFlags:
         entropy=self.entropy.value, ratio=self.ratio.value, seed=seed,
         log_every_seconds=self.log_every.value,
         checkpoint_every_seconds=self.checkpoint_every.value,
-        exploration_scale=self.exploration.value)
+        exploration_scale=self.exploration.value,
+        refloor_after=self.refloor_after.value)
 
   def env_options(self, devices) -> dict:
     return env_options(backend=self.backend.value, measure=self.measure.value,
@@ -131,6 +133,11 @@ def define_training_flags(module_name: str) -> TrainingFlags:
           "whole name scopes and stretches of the graph towards random "
           "devices (0: sample every op group independently).",
           lower_bound=0.0, **own),
+      refloor_after=flags.DEFINE_integer(
+          "refloor_after", 0, "After this many iterations in a row whose "
+          "samples were all one placement, make the policy explore again "
+          "(one graph only; 0: never). Useful with --backend=measure.",
+          lower_bound=0, **own),
       ratio=flags.DEFINE_enum(
           "ratio", "per_group", list(ppo.RATIOS),
           "PPO importance ratios per group or joint.", **own),

@@ -9,13 +9,21 @@ A graph-set spec is a comma-separated list of items:
                                        (`random_layered_graph`)
   cells:N[:cell=C][:seed=S]            N ops of randomly wired cells
                                        (`random_cells_graph`)
+  branches:N[:k=K][:seed=S]            K independent branches of N ops in
+                                       all, joined at the end
+                                       (`random_branches_graph`)
+
+In `pretrain`, any item may end in `@DEVICES` (`branches:80@cpu-workers:2`):
+it is then trained on that topology only, not on every one of the run.
 
 Pre-training on generated graphs next to the zoo gives the policy variety:
-graphs it has not seen before in shape, width and cost spread.
+graphs it has not seen before in shape, width and cost spread, and (the
+branches) independent work that only pays to split where links are slow
+relative to compute, as on CPU workers.
 """
 
 import dataclasses
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 
@@ -23,7 +31,11 @@ from tf_gdp import errors
 from tf_gdp.graph import op_graph
 from tf_gdp.graph import sources
 
-GENERATORS = ("layered", "cells")
+GENERATORS = ("layered", "cells", "branches")
+# Options each generator takes (besides N), with their lower bounds.
+_OPTIONS = {"layered": {"width": 1, "seed": None},
+            "cells": {"cell": 2, "seed": None},
+            "branches": {"k": 2, "seed": None}}
 
 
 @dataclasses.dataclass
@@ -33,6 +45,7 @@ class GraphItem:
   generator: Optional[str] = None
   options: Optional[dict] = None
   source: Optional[object] = None  # bench.harness.GraphSource
+  devices: Optional[str] = None  # only this topology (the `@DEVICES` suffix)
 
   def load(self, devices: str) -> sources.LoadedGraph:
     if self.generator == "layered":
@@ -45,43 +58,93 @@ class GraphItem:
       return sources.LoadedGraph(random_cells_graph(
           o["n"], cell_size=o.get("cell", 32), seed=o.get("seed", 0),
           name=self.label))
+    if self.generator == "branches":
+      o = self.options
+      return sources.LoadedGraph(random_branches_graph(
+          o["n"], branches=o.get("k", 2), seed=o.get("seed", 0),
+          name=self.label))
     return self.source.load(devices)
 
 
-def parse(spec: str) -> List[GraphItem]:
-  """Parses a graph-set spec (module doc); InputError on a bad item."""
+def parse(spec: str, *, allow_devices: bool = False) -> List[GraphItem]:
+  """Parses a graph-set spec (module doc); InputError on a bad item.
+
+  `GRAPH@DEVICES` items are only accepted with `allow_devices` (pre-training
+  on several topologies); elsewhere the command's --devices decides.
+  """
   from tf_gdp.bench import harness  # pylint: disable=g-import-not-at-top
-  items, rest = [], []
-  for item in [s.strip() for s in spec.split(",") if s.strip()]:
+  items = []
+  for entry in [s.strip() for s in spec.split(",") if s.strip()]:
+    item, at, devices = entry.partition("@")
+    if at and not allow_devices:
+      raise errors.InputError(f"{entry!r}: GRAPH@DEVICES is for pretrain; "
+                              "this command places on its --devices")
+    if at and not (item and devices):
+      raise errors.InputError(f"{entry!r}: use GRAPH@DEVICES, e.g. "
+                              "branches:80@cpu-workers:2")
     name, _, options = item.partition(":")
-    if name not in GENERATORS:
-      rest.append(item)
-      continue
-    fields = options.split(":") if options else []
-    if not fields or not fields[0].isdigit() or int(fields[0]) < 2:
-      raise errors.InputError(
-          f"{item!r}: use {name}:N with N >= 2 ops, e.g. {name}:2000")
-    parsed = {"n": int(fields[0])}
-    for field in fields[1:]:
-      key, _, value = field.partition("=")
-      allowed = ("width", "seed") if name == "layered" else ("cell", "seed")
-      if key not in allowed or not value.lstrip("-").isdigit():
-        raise errors.InputError(
-            f"{item!r}: {name} takes {' and '.join(k + '=INT' for k in allowed)}")
-      parsed[key] = int(value)
-    if parsed.get("width", 1) < 1 or parsed.get("cell", 2) < 2:
-      raise errors.InputError(f"{item!r}: width must be >= 1, cell >= 2")
-    items.append(GraphItem(label=item.replace(":", "_").replace("=", ""),
-                           generator=name, options=parsed))
-  if rest:
-    items += [GraphItem(label=s.label, source=s)
-              for s in harness.parse_graphs(",".join(rest))]
+    first = len(items)
+    if name in GENERATORS:
+      parsed = _generator_options(item, name, options)
+      items.append(GraphItem(label=item.replace(":", "_").replace("=", ""),
+                             generator=name, options=parsed))
+    else:
+      items += [GraphItem(label=s.label, source=s)
+                for s in harness.parse_graphs(item)]
+    if at:
+      for done in items[first:]:
+        done.devices = devices
+        done.label += "@" + devices
   if not items:
     raise errors.InputError("the graph set names no graph")
   labels = [i.label for i in items]
   if len(set(labels)) != len(labels):
     raise errors.InputError(f"the graph set names a graph twice: {labels}")
   return items
+
+
+def placement_tasks(items: List[GraphItem], devices: List[str], *,
+                    log: Callable[[str], None] = lambda line: None) -> list:
+  """PlacementTasks of `items`: each on every one of `devices`, or on its own.
+
+  Task names are `<label>@<devices>`; an item with its own topology
+  (`GRAPH@DEVICES`) already carries it in its label.
+  """
+  from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  tasks, topologies = [], {}
+  for item in items:
+    for name in [item.devices] if item.devices else devices:
+      if name not in topologies:
+        topologies[name] = topology_lib.get(name)
+      log(f"loading {item.label} for {name}")
+      loaded = item.load(name)
+      tasks.append(environment.PlacementTask(
+          loaded.graph, topologies[name], extracted=loaded.extracted,
+          name=item.label if item.devices else f"{item.label}@{name}"))
+  return tasks
+
+
+def _generator_options(item: str, name: str, options: str) -> dict:
+  fields = options.split(":") if options else []
+  if not fields or not fields[0].isdigit() or int(fields[0]) < 2:
+    raise errors.InputError(
+        f"{item!r}: use {name}:N with N >= 2 ops, e.g. {name}:2000")
+  parsed = {"n": int(fields[0])}
+  allowed = _OPTIONS[name]
+  for field in fields[1:]:
+    key, _, value = field.partition("=")
+    if key not in allowed or not value.lstrip("-").isdigit():
+      raise errors.InputError(
+          f"{item!r}: {name} takes {' and '.join(k + '=INT' for k in allowed)}")
+    parsed[key] = int(value)
+  for key, low in allowed.items():
+    if low is not None and parsed.get(key, low) < low:
+      raise errors.InputError(f"{item!r}: {key} must be >= {low}")
+  if name == "branches" and parsed["n"] < 2 * parsed.get("k", 2) + 1:
+    raise errors.InputError(f"{item!r}: N must be at least 2K+1 (each "
+                            "branch needs two ops, plus the join)")
+  return parsed
 
 
 def random_layered_graph(num_nodes: int, *, width: int = 100, seed: int = 0,
@@ -164,10 +227,8 @@ def random_cells_graph(num_nodes: int, *, cell_size: int = 32, seed: int = 0,
           dst.append(start + i)
     previous_sinks = [start + i for i in range(size) if i not in has_out]
     start += size
-  gpu = np.exp(rng.uniform(np.log(2.0), np.log(500.0), num_nodes))
-  cpu = gpu * rng.uniform(5.0, 20.0, num_nodes)
-  out_bytes = np.exp(rng.uniform(np.log(4e3), np.log(16e6),
-                                 num_nodes)).astype(np.int64)
+  gpu, cpu, out_bytes = _log_uniform_costs(rng, num_nodes, (2.0, 500.0),
+                                          (4e3, 16e6))
   memory = np.where(rng.random(num_nodes) < 0.03,
                     rng.integers(1 << 20, 64 << 20, num_nodes), 0)
   names = [f"cell{i // cell_size}/op{i}" for i in range(num_nodes)]
@@ -179,3 +240,58 @@ def random_cells_graph(num_nodes: int, *, cell_size: int = 32, seed: int = 0,
       edge_bytes=out_bytes[src] if src.size else np.zeros(0, np.int64),
       fetches=[names[s] for s in previous_sinks],
       metadata={"generator": "cells", "cell_size": cell_size, "seed": seed})
+
+
+def random_branches_graph(num_nodes: int, *, branches: int = 2, seed: int = 0,
+                          name: str = "branches") -> op_graph.OpGraph:
+  """`branches` independent chains of ops, joined by one op at the end.
+
+  Like the towers of a multi-tower model or the members of an ensemble:
+  work that can run side by side, worth splitting only where the links are
+  fast relative to the ops. Each branch starts at an op holding a variable
+  and is a chain in which an op also reads the op two back now and then.
+  Branch lengths vary by up to +-30%; nodes are numbered branch by branch, so
+  the topological order runs through one branch after another (as traced
+  TF code does). Names are flat (`op<i>`), so the policy must tell the
+  branches apart by structure and position. GPU costs are log-uniform in
+  5-500 us (CPU 5-20x slower), outputs log-uniform in 4 KB-4 MB.
+  """
+  rng = np.random.default_rng(seed)
+  weights = rng.uniform(0.7, 1.3, branches)
+  sizes = np.maximum(2, np.floor(weights / weights.sum() *
+                                 (num_nodes - 1))).astype(int)
+  sizes[-1] = max(2, num_nodes - 1 - int(sizes[:-1].sum()))
+  total = int(sizes.sum()) + 1
+  src, dst, ends, memory = [], [], [], np.zeros(total, np.int64)
+  start = 0
+  for size in sizes:
+    memory[start] = int(rng.integers(1 << 20, 32 << 20))
+    for i in range(start + 1, start + size):
+      src.append(i - 1)
+      dst.append(i)
+      if i - 2 >= start and rng.random() < 0.2:
+        src.append(i - 2)
+        dst.append(i)
+    ends.append(start + size - 1)
+    start += size
+  src += ends
+  dst += [total - 1] * len(ends)
+  gpu, cpu, out_bytes = _log_uniform_costs(rng, total, (5.0, 500.0),
+                                          (4e3, 4e6))
+  names = [f"op{i}" for i in range(total)]
+  src = np.asarray(src, np.int64)
+  return op_graph.OpGraph.build(
+      name=name, node_names=names, op_types=["Synthetic"] * total,
+      costs={"GPU": gpu, "CPU": cpu}, output_bytes=out_bytes,
+      memory_bytes=memory, edge_src=src, edge_dst=np.asarray(dst, np.int64),
+      edge_bytes=out_bytes[src], fetches=[names[-1]],
+      metadata={"generator": "branches", "branches": branches, "seed": seed})
+
+
+def _log_uniform_costs(rng, n: int, gpu_us, out_bytes):
+  """GPU op times and output sizes log-uniform in their ranges; CPU 5-20x."""
+  gpu = np.exp(rng.uniform(np.log(gpu_us[0]), np.log(gpu_us[1]), n))
+  cpu = gpu * rng.uniform(5.0, 20.0, n)
+  sizes = np.exp(rng.uniform(np.log(out_bytes[0]), np.log(out_bytes[1]),
+                             n)).astype(np.int64)
+  return gpu, cpu, sizes

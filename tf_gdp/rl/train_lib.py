@@ -138,10 +138,17 @@ class TrainConfig:
     exploration_scale: standard deviation of the coherent exploration noise
       of sampled placements (`policy.network` module doc); 0 samples each
       group independently from the policy's logits.
+    refloor_after: after this many iterations in a row in which all samples
+      were one placement (no advantage, so PPO cannot move), lower the
+      policy's logit scale to the entropy floor again, as fine-tuning does
+      at its start. Measured rewards collapse a policy this way within
+      seconds and it then re-measures cached placements for the rest of the
+      budget. Single-graph runs only; 0 = never.
   """
   samples_per_graph: int = 16
   graphs_per_iteration: int = 4
   exploration_scale: float = EXPLORATION_SCALE
+  refloor_after: int = 0
   evaluate_greedy: bool = True
   baseline: str = "sample_mean"
   advantage_scale_floor: float = 0.01
@@ -158,6 +165,8 @@ class TrainConfig:
                               "compare a graph's samples)")
     if self.graphs_per_iteration < 1:
       raise errors.InputError("graphs_per_iteration must be >= 1")
+    if self.refloor_after < 0:
+      raise errors.InputError("refloor_after must be >= 0")
     if self.baseline not in ("sample_mean", "value"):
       raise errors.InputError(
           f"baseline must be sample_mean or value, got {self.baseline!r}")
@@ -454,6 +463,7 @@ class Trainer:
 
     clock = time.perf_counter()
     rewards = np.zeros((len(tasks), k), np.float32)
+    distinct = [len(np.unique(actions[:, t], axis=0)) for t in range(len(tasks))]
     greedy_ratios = []
     improved = []
     for t, index in enumerate(tasks):
@@ -494,6 +504,7 @@ class Trainer:
         "reward_max": float(rewards.max()),
         "value_mean": float(values.mean()),
         "entropy": float(entropy.mean()),
+        "distinct_samples": float(np.mean(distinct)),
         "loss": float(loss_info.loss.numpy()),
         # Wall-clock split: policy forward + sampling, pricing the
         # placements, PPO epochs.
@@ -584,9 +595,18 @@ class Trainer:
     elapsed = lambda: base_seconds + time.perf_counter() - started
     for i in range(self.env.num_tasks):  # references before the clock matters
       self.env.reference(i)
+    stalled = 0
     while not budget.exhausted(int(self.env.evaluations), elapsed(),
                                int(self.iteration.numpy())):
       stats = self.run_iteration()
+      stalled = stalled + 1 if stats["distinct_samples"] <= 1 else 0
+      if (self.config.refloor_after and self.env.num_tasks == 1 and
+          stalled >= self.config.refloor_after):
+        apply_entropy_floor(
+            self.policy, self.env.observation(0), ENTROPY_FLOOR,
+            lambda line, n=stalled: self._log(
+                f"{n} iterations sampled one placement only; {line}"))
+        stalled = 0
       self.seconds.assign(elapsed())
       stats["seconds"] = elapsed()
       self.history.append(stats)
