@@ -13,6 +13,7 @@ from tf_gdp.cost import measure as measure_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
+from tf_gdp.policy import features
 from tf_agents.environments import utils as env_utils
 from tf_agents.trajectories import time_step as ts
 
@@ -161,7 +162,7 @@ def test_bad_arguments():
 def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch):
   task = environment.PlacementTask(two_chains(), gpus(), extracted=object())
   env = environment.PlacementEnv([task], backend="mix", measure_target="local",
-                                 measure_top_k=1)
+                                 measure_top_k=1, measure_confirm=0)
   measured = []
 
   def fake_measure(extracted, placement, target, *, topology, repeats, warmup):
@@ -187,6 +188,44 @@ def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch)
   # Cached: measuring the same placement again costs nothing.
   env.evaluate(0, split[None])
   assert len(measured) == 2 == env.measurements
+
+
+def test_a_lucky_measurement_does_not_become_the_best(monkeypatch):
+  task = environment.PlacementTask(two_chains(), gpus(), extracted=object())
+  env = environment.PlacementEnv([task], backend="measure",
+                                 measure_target="local", measure_confirm=2)
+  split = split_action(env)
+  other = split.copy()
+  other[0] = 1 - other[0]  # a worse split: one op away from its chain
+
+  def key(action):
+    placement = features.group_to_node_placement(env.inputs(0), action)
+    return np.asarray(placement, np.int64).tobytes()
+
+  # Per placement, the step times its successive measurements return.
+  runs = {key(split): [500.0, 900.0, 950.0],   # lucky once, 900 really
+          key(other): [850.0, 860.0, 870.0]}   # steady 860
+
+  def fake_measure(extracted, placement, target, *, topology, repeats, warmup):
+    del extracted, target, topology, repeats, warmup
+    times = runs.get(np.asarray(placement, np.int64).tobytes(), [1600.0])
+    return measure_lib.Measurement(step_time_us=times.pop(0) if len(times) > 1
+                                   else times[0])
+
+  monkeypatch.setattr(measure_lib, "measure", fake_measure)
+  env.evaluate(0, split[None])
+  # Confirmed at the median of 500, 900 and 950.
+  assert env.best(0).step_time_us == pytest.approx(900.0)
+  assert (env.measurements, env.confirmations) == (2, 2)
+  env.evaluate(0, np.stack([other, split]))
+  assert env.best(0).step_time_us == pytest.approx(860.0)
+  np.testing.assert_array_equal(env.best(0).group_devices, other[:8])
+  # Each placement is confirmed once; cached afterwards.
+  env.evaluate(0, np.stack([other, split]))
+  assert (env.measurements, env.confirmations) == (3, 4)
+  with pytest.raises(errors.InputError, match="measure_confirm"):
+    environment.PlacementEnv([task], backend="measure", measure_target="local",
+                             measure_confirm=-1)
 
 
 def test_placement_file_round_trip(tmp_path):

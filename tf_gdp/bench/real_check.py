@@ -112,12 +112,14 @@ def check_graph(name: str, cluster, topology, *, policy: str,
         "method": method,
         "measured_us": statistics.median(finite) if finite else None,
         "sweeps_us": times[method], "simulated_us": sim.step_time_us,
-        "devices_used": int(len(set(placement.tolist())))})
+        "devices_used": int(len(set(placement.tolist()))),
+        "placement": placement.tolist()})
   measured = [r for r in rows if r["method"] != "gdp" and r["measured_us"]]
   best_baseline = min(measured, key=lambda r: r["measured_us"])
   gdp = next(r for r in rows if r["method"] == "gdp")
   return {
-      "graph": name, "nodes": graph.num_nodes, "rows": rows,
+      "graph": name, "nodes": graph.num_nodes,
+      "node_names": list(graph.node_names), "rows": rows,
       "finetune": {"backend": backend, "exploration": exploration,
                    "sim_warmup_seconds": sim_warmup_seconds,
                    "refloor_after": refloor_after,
