@@ -290,3 +290,10 @@ def test_an_item_may_name_its_own_topology():
     graph_sets.parse("branches:30@p100x4")
   with pytest.raises(errors.InputError, match="GRAPH@DEVICES"):
     graph_sets.parse("branches:30@", allow_devices=True)
+
+
+def test_generated_graphs_come_first_as_make_pretrain_relies_on():
+  items = graph_sets.parse("rnnlm2,branches:30,layered:40@p100x2",
+                           allow_devices=True)
+  assert [i.label for i in items] == ["branches_30", "layered_40@p100x2",
+                                      "rnnlm2"]

@@ -48,22 +48,19 @@ class GraphItem:
   devices: Optional[str] = None  # only this topology (the `@DEVICES` suffix)
 
   def load(self, devices: str) -> sources.LoadedGraph:
+    o = self.options
     if self.generator == "layered":
-      o = self.options
-      return sources.LoadedGraph(random_layered_graph(
-          o["n"], width=o.get("width", 100), seed=o.get("seed", 0),
-          name=self.label))
-    if self.generator == "cells":
-      o = self.options
-      return sources.LoadedGraph(random_cells_graph(
-          o["n"], cell_size=o.get("cell", 32), seed=o.get("seed", 0),
-          name=self.label))
-    if self.generator == "branches":
-      o = self.options
-      return sources.LoadedGraph(random_branches_graph(
-          o["n"], branches=o.get("k", 2), seed=o.get("seed", 0),
-          name=self.label))
-    return self.source.load(devices)
+      graph = random_layered_graph(o["n"], width=o.get("width", 100),
+                                   seed=o.get("seed", 0), name=self.label)
+    elif self.generator == "cells":
+      graph = random_cells_graph(o["n"], cell_size=o.get("cell", 32),
+                                 seed=o.get("seed", 0), name=self.label)
+    elif self.generator == "branches":
+      graph = random_branches_graph(o["n"], branches=o.get("k", 2),
+                                    seed=o.get("seed", 0), name=self.label)
+    else:
+      return self.source.load(devices)
+    return sources.LoadedGraph(graph)
 
 
 def parse(spec: str, *, allow_devices: bool = False) -> List[GraphItem]:
@@ -73,7 +70,7 @@ def parse(spec: str, *, allow_devices: bool = False) -> List[GraphItem]:
   on several topologies); elsewhere the command's --devices decides.
   """
   from tf_gdp.bench import harness  # pylint: disable=g-import-not-at-top
-  items = []
+  generated, others = [], []
   for entry in [s.strip() for s in spec.split(",") if s.strip()]:
     item, at, devices = entry.partition("@")
     if at and not allow_devices:
@@ -83,18 +80,22 @@ def parse(spec: str, *, allow_devices: bool = False) -> List[GraphItem]:
       raise errors.InputError(f"{entry!r}: use GRAPH@DEVICES, e.g. "
                               "branches:80@cpu-workers:2")
     name, _, options = item.partition(":")
-    first = len(items)
     if name in GENERATORS:
-      parsed = _generator_options(item, name, options)
-      items.append(GraphItem(label=item.replace(":", "_").replace("=", ""),
-                             generator=name, options=parsed))
+      new = [GraphItem(label=item.replace(":", "_").replace("=", ""),
+                       generator=name,
+                       options=_generator_options(item, name, options))]
+      generated += new
     else:
-      items += [GraphItem(label=s.label, source=s)
-                for s in harness.parse_graphs(item)]
+      new = [GraphItem(label=s.label, source=s)
+             for s in harness.parse_graphs(item)]
+      others += new
     if at:
-      for done in items[first:]:
+      for done in new:
         done.devices = devices
         done.label += "@" + devices
+  # Generated graphs first, as always: task order seeds the task draws, so
+  # `make pretrain` reproduces the shipped policy only in this order.
+  items = generated + others
   if not items:
     raise errors.InputError("the graph set names no graph")
   labels = [i.label for i in items]
@@ -112,16 +113,20 @@ def placement_tasks(items: List[GraphItem], devices: List[str], *,
   """
   from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  # Topology by topology, then the items with their own (the order seeds
+  # the task draws of a run).
+  pairs = [(item, name) for name in devices for item in items
+           if not item.devices]
+  pairs += [(item, item.devices) for item in items if item.devices]
   tasks, topologies = [], {}
-  for item in items:
-    for name in [item.devices] if item.devices else devices:
-      if name not in topologies:
-        topologies[name] = topology_lib.get(name)
-      log(f"loading {item.label} for {name}")
-      loaded = item.load(name)
-      tasks.append(environment.PlacementTask(
-          loaded.graph, topologies[name], extracted=loaded.extracted,
-          name=item.label if item.devices else f"{item.label}@{name}"))
+  for item, name in pairs:
+    if name not in topologies:
+      topologies[name] = topology_lib.get(name)
+    log(f"loading {item.label} for {name}")
+    loaded = item.load(name)
+    tasks.append(environment.PlacementTask(
+        loaded.graph, topologies[name], extracted=loaded.extracted,
+        name=item.label if item.devices else f"{item.label}@{name}"))
   return tasks
 
 
