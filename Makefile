@@ -42,9 +42,12 @@ PRETRAIN_PLACER ?= feedforward
 PRETRAIN_SEED ?= 0
 PRETRAIN_ROOT ?= build/pretrain
 PRETRAIN_OUT ?= tf_gdp/pretrained
+# The shipped policy (v3) predates the stage affinity and pipeline
+# exploration: both are off here so that it is reproduced as it was trained.
+PRETRAIN_V3 = --policy_config='{"stage_affinity": false}' --pipeline_exploration=0
 PRETRAIN_CMD = $(PY) -m tf_gdp pretrain --graphs=$(PRETRAIN_GRAPHS) \
 	--devices=$(PRETRAIN_DEVICES) --placer=$(PRETRAIN_PLACER) \
-	--budget_iterations=$(PRETRAIN_ITERATIONS) \
+	--budget_iterations=$(PRETRAIN_ITERATIONS) $(PRETRAIN_V3) \
 	--seed=$(PRETRAIN_SEED) --root_dir=$(PRETRAIN_ROOT) --log_every=60
 
 .PHONY: pretrain

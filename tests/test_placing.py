@@ -117,6 +117,22 @@ def test_batch_keeps_good_graphs_when_one_is_bad(graph, tmp_path):
   assert "2 placed, 1 failed" in table and "FAILED" in table
 
 
+def test_batch_with_a_broken_policy_fails_once_before_any_graph(graph,
+                                                                 tmp_path):
+  json_io.save_json(graph, str(tmp_path / "a.json"))
+  broken = tmp_path / "broken_policy"
+  broken.mkdir()
+  (broken / train_lib.POLICY_CONFIG_FILE).write_text("{not json")
+  lines = []
+  for policy, message in ((str(tmp_path / "none"), "no policy at"),
+                          (str(broken), "unreadable policy config")):
+    with pytest.raises(errors.InputError, match=message):
+      place_batch.place_many(str(tmp_path / "*.json"), "p100x2",
+                             str(tmp_path / "out"), policy=policy,
+                             log=lines.append)
+  assert not lines and not (tmp_path / "out").exists()
+
+
 def test_placed_meta_graph_carries_the_devices(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top

@@ -275,3 +275,60 @@ def test_exploration_noise_keeps_the_masks():
   real = batch["group_mask"][0]
   assert (every[:, real][:, ~allowed[real]] <= network.NEG_LOGIT / 2).all()
   assert np.isfinite(every).all()
+
+
+
+def _layers_graph():
+  """lstm/layer_0..3 (two ops each, a chain), then two unnumbered ops."""
+  n = 10
+  names = [f"lstm/layer_{i // 2}/op{i}" for i in range(8)] + ["loss/a", "b"]
+  return op_graph.OpGraph.build(
+      name="layers", node_names=names, op_types=["MatMul"] * n,
+      costs={"GPU": np.full(n, 10.0), "CPU": np.full(n, 50.0)},
+      output_bytes=np.full(n, 1 << 10), memory_bytes=np.zeros(n, int),
+      edge_src=list(range(n - 1)), edge_dst=list(range(1, n)),
+      edge_bytes=np.full(n - 1, 1 << 10))
+
+
+def _group_of(graph, topology):
+  inputs = features.policy_inputs(graph, topology)
+  return {int(node): int(inputs.group_ids[p])
+          for p, node in enumerate(inputs.order)}
+
+
+def test_stage_affinity_sends_the_kth_layer_to_the_kth_gpu():
+  graph, devices = _layers_graph(), _gpus(4, cpu=True)
+  batch = _batch([(graph, devices)])
+  policy = _policy()
+  base = policy(batch).numpy()[0]
+  # Zero gain at initialization: the same logits as a policy without it.
+  np.testing.assert_allclose(_policy(stage_affinity=False)(batch).numpy()[0],
+                             base, rtol=1e-5, atol=1e-5)
+  policy.affinity._gain.bias.assign([0.3])  # pylint: disable=protected-access
+  shift = policy(batch).numpy()[0] - base  # gain 10 * 0.3
+  group_of = _group_of(graph, devices)
+  for op in range(8):  # stages 0, 1/3, 2/3, 1 sit on the GPUs' centres
+    expected = np.zeros(5)
+    expected[op // 2] = 3.0
+    np.testing.assert_allclose(shift[group_of[op]], expected, atol=1e-4)
+  # The unnumbered ops after layer_3 inherit its stage; the CPU never moves.
+  for op in (8, 9):
+    np.testing.assert_allclose(shift[group_of[op]], [0, 0, 0, 3.0, 0],
+                               atol=1e-4)
+
+
+def test_pipeline_noise_moves_each_stage_to_its_device_per_sample():
+  graph, devices = _layers_graph(), _gpus(2)
+  batch = _batch([(graph, devices)])
+  policy = _policy(stage_affinity=False)  # noise needs no weights
+  base = policy(batch).numpy()[0]
+  noise = np.zeros((2, 2, features.EXPLORATION_SIZE), np.float32)
+  noise[1, 0, features.PIPELINE_NOISE_COLUMN] = 4.0
+  shift = policy.noisy_logits(batch, tf.constant(noise)).numpy() - base[None]
+  np.testing.assert_allclose(shift[0], 0.0, atol=1e-4)
+  group_of = _group_of(graph, devices)
+  # 2 GPUs: stage 0 on GPU 0's centre, 1/3 two thirds of the way to GPU 1.
+  np.testing.assert_allclose(shift[1][group_of[0]], [4.0, 0.0], atol=1e-4)
+  np.testing.assert_allclose(shift[1][group_of[2]], [4.0 * 2 / 3, 4.0 / 3],
+                             atol=1e-4)
+  np.testing.assert_allclose(shift[1][group_of[7]], [0.0, 4.0], atol=1e-4)

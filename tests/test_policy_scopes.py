@@ -36,3 +36,31 @@ def test_stem_spelling_does_not_matter():
   assert (scopes.stem_id("layer_") == scopes.stem_id("layer") ==
           scopes.stem_id("Layer-"))
   assert scopes.stem_id("layer") != scopes.stem_id("t")
+
+
+def test_stage_follows_the_main_numbered_stem_and_the_data_flow():
+  # embedding -> layer_0 -> layer_1 -> softmax/t0, softmax/t1 -> loss sum;
+  # a variable read only by layer_1; a backward sum fed by layers 0 and 1
+  # and consumed by layer 0's gradient; an isolated op.
+  names = ["embedding/lookup", "lstm/layer_0/t0/mm", "lstm/layer_0/t1/mm",
+           "lstm/layer_1/t0/mm", "lstm/layer_1/t1/mm", "softmax/t0/mm",
+           "softmax/t1/mm", "AddN_3", "lstm/kernel_read", "alone", "AddN_4",
+           "gradient_tape/lstm/layer_0/t0/mm"]
+  edges = [(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (3, 5), (4, 6), (5, 7),
+           (6, 7), (8, 3), (4, 10), (2, 10), (10, 11)]
+  src, dst = zip(*edges)
+  order = [0, 8, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11]
+  stage, known = scopes.stage_coordinates(names, src, dst, order)
+  # `layer` (5 ops) beats `t` (2 outermost ops) as the main stem.
+  np.testing.assert_allclose(stage[1:5], [0, 0, 1, 1])
+  np.testing.assert_allclose(stage[5:8], [1, 1, 1])  # after the last layer
+  assert stage[0] == 0 and stage[8] == 1  # their consumers' stages
+  assert stage[10] == 0 and stage[11] == 0  # the median of 1, 0 and 0
+  assert known[:9].all() and not known[9]
+  # Without the median sweeps the sum takes its latest input's stage.
+  assert scopes.stage_coordinates(names, src, dst, order,
+                                  refine_rounds=0)[0][10] == 1
+  # No numbered stem with two numbers: no stages at all.
+  stage, known = scopes.stage_coordinates(["a/x", "layer_0/y"], [0], [1],
+                                          [0, 1])
+  assert not known.any()

@@ -260,11 +260,13 @@ def test_saved_policy_configs_load_with_the_behaviour_they_were_saved_with(
   config_file = os.path.join(path, train_lib.POLICY_CONFIG_FILE)
   with open(config_file, encoding="utf-8") as f:
     config = json.load(f)
-  assert config["scope_features"] is True
+  assert config["scope_features"] is True and config["stage_affinity"] is True
   del config["scope_features"]  # as written before scope coordinates
+  del config["stage_affinity"]  # and before the stage affinity
   with open(config_file, "w", encoding="utf-8") as f:
     json.dump(config, f)
-  assert train_lib.read_policy_config(config_file)["scope_features"] is False
+  old = train_lib.read_policy_config(config_file)
+  assert old["scope_features"] is False and old["stage_affinity"] is False
   with open(config_file, "w", encoding="utf-8") as f:
     f.write("{not json")
   with pytest.raises(errors.InputError, match="unreadable policy config"):
@@ -442,3 +444,47 @@ def test_a_policy_stuck_on_one_placement_is_made_to_explore_again():
   assert any("2 iterations sampled one placement only" in l for l in lines)
   with pytest.raises(errors.InputError, match="refloor_after"):
     train_lib.TrainConfig(refloor_after=-1)
+
+
+def test_every_other_sample_gets_a_pipeline_push():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  column = features.PIPELINE_NOISE_COLUMN
+  noise = train_lib.exploration_noise(
+      [400, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 0.5,
+      10.0).numpy()
+  assert (noise[0::2, :, column] == 0).all()
+  assert (noise[1::2, :, column] != 0).all()
+  assert np.std(noise[1::2, :, column]) == pytest.approx(10.0, rel=0.15)
+  assert np.std(noise[..., :column]) == pytest.approx(0.5, rel=0.05)
+  off = train_lib.exploration_noise([4, 3, features.EXPLORATION_SIZE],
+                                    tf.constant([1, 2]), 0.0, 0.0)
+  assert not np.any(off.numpy())
+
+
+def test_pipeline_pushes_stop_when_they_do_not_pay_off():
+  task = environment.PlacementTask(two_chains(), gpus())
+  env = environment.PlacementEnv([task])
+  config = dataclasses.replace(learn_config(), samples_per_graph=4,
+                               pipeline_patience=3)
+  lines = []
+  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+                              log=lines.append)
+  won = iter([0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+  real = trainer.run_iteration
+  scales, raw = [], []
+
+  def iteration():
+    raw.append(real())
+    scales.append(float(trainer.pipeline_scale.numpy()))
+    return dict(raw[-1], pipeline_won=next(won))
+
+  trainer.run_iteration = iteration
+  trainer.run(train_lib.Budget(iterations=7))
+  # A win resets the count; three iterations without one switch them off.
+  assert scales == [48.0] * 6 + [0.0]
+  assert sum("pipeline exploration off" in l for l in lines) == 1
+  # The two chains have no stages: pushed samples are drawn like the others,
+  # so they win some iterations and not others, by chance.
+  assert {r["pipeline_won"] for r in raw} <= {0.0, 1.0}
+  with pytest.raises(errors.InputError, match="pipeline_patience"):
+    train_lib.TrainConfig(pipeline_patience=-1)

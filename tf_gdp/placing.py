@@ -153,16 +153,28 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   return result
 
 
-def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
-               extracted, log):
-  """(placement, seconds, evaluations, details) from the learned policy."""
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+def check_policy(policy: Optional[str] = None) -> str:
+  """The policy directory `gdp` would use (None: the shipped one), checked.
+
+  Raises InputError when it is missing or not a loadable saved policy, so
+  that a batch fails once, before its first graph, not once per graph.
+  """
   from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
   policy_path = policy or PRETRAINED_POLICY
   if not os.path.isdir(policy_path):
     raise errors.InputError(
         f"no policy at {policy_path}: pass a saved policy directory, or run "
         "`make pretrain` to build the shipped one")
+  train_lib.load_policy(policy_path)  # config and weights present, readable
+  return policy_path
+
+
+def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
+               extracted, log):
+  """(placement, seconds, evaluations, details) from the learned policy."""
+  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  policy_path = check_policy(policy)
   started = time.perf_counter()
   task = environment.PlacementTask(graph, topology, extracted=extracted,
                                    name=graph.name)

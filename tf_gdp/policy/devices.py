@@ -123,3 +123,74 @@ class PairScorer(tf.keras.layers.Layer):
     bilinear = tf.einsum("bnh,bdh->bnd", self._node_key(node_states),
                          self._device_key(device_embeddings))
     return mlp + bilinear / math.sqrt(self.hidden_size)
+
+
+
+# Device feature columns the stage direction reads.
+_KIND_COLUMNS = tuple(features.DEVICE_FEATURE_NAMES.index(name)
+                      for name in ("kind_gpu", "kind_cpu", "kind_other"))
+_RELATIVE_INDEX = features.DEVICE_FEATURE_NAMES.index("relative_index")
+
+
+def stage_direction(stage_features, device_features, device_mask):
+  """float[B, N, D]: how much an op's stage points at each device, in [0, 1].
+
+  The stage s in [0, 1] of an op (`scopes.stage_coordinates`) is laid
+  over the K devices of a kind, first stage on the first device's centre
+  and last on the last's: x = (0.5 + s (K - 1)) / K. The j-th device, its
+  slot centred at (j + 0.5) / K, gets max(0, 1 - K |x - centre|): 1 on the
+  centre, 0 one device away. Adding g times this to the logits is a
+  pipeline of strength g, the human expert's layer i on GPU i (4 layers,
+  stages 0, 1/3, 2/3, 1, sit on the centres of 4 GPUs; 8 layers lean two
+  per GPU). A pull, never a push: devices
+  outside the op's slot, kinds with a single device (the CPU next to GPUs)
+  and ops without a stage get 0, so a strong pipeline never sends ops to
+  a device just because the others were pushed away.
+  """
+  stage_features = tf.cast(stage_features, tf.float32)
+  device_features = tf.cast(device_features, tf.float32)
+  kinds = tf.gather(device_features, _KIND_COLUMNS, axis=-1)  # [B, D, 3]
+  real = tf.cast(device_mask, tf.float32)
+  count = tf.reduce_sum(
+      tf.einsum("bdk,bek->bde", kinds, kinds) * real[:, None, :], axis=-1)
+  centre = device_features[..., _RELATIVE_INDEX] + 0.5 / tf.maximum(count, 1.0)
+  slots = count[:, None, :]
+  position = (0.5 + stage_features[..., :1] * (slots - 1.0)) / tf.maximum(
+      slots, 1.0)
+  distance = tf.abs(position - centre[:, None, :])  # [B, N, D]
+  pull = tf.nn.relu(1.0 - distance * slots)
+  shared = tf.cast(count > 1, tf.float32) * real
+  return pull * shared[:, None, :] * stage_features[..., 1:2]
+
+
+class StageAffinity(tf.keras.layers.Layer):
+  """score[b, n, d] += gain(h[b, n]) * stage_direction[b, n, d].
+
+  The expert pipelines an unrolled RNN (layer i on GPU i); v3's placer
+  could express that only through a product of learned embeddings, and
+  split every layer the same way instead. Here a pipeline is one learned
+  gain, a function of the op's state (so the policy can pipeline an RNN
+  and keep a CNN whole), initially zero so that a policy starts without
+  it. Exploration can push along the same direction (`network`). The gain
+  is GAIN_SCALE times a dense layer's output: Adam moves a weight by about
+  its learning rate per step whatever the gradient, and a clean pipeline
+  needs a gain of tens (it must outvote the other scores).
+
+  Call args:
+    node_states: float[B, N, H].
+    direction: float[B, N, D] from `stage_direction`.
+
+  Returns:
+    float[B, N, D].
+  """
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    self._gain = tf.keras.layers.Dense(1, kernel_initializer="zeros",
+                                       name="gain")
+
+  GAIN_SCALE = 10.0
+
+  def call(self, inputs):
+    node_states, direction = inputs
+    return self.GAIN_SCALE * self._gain(node_states) * direction

@@ -118,7 +118,10 @@ F_DEVICE = len(DEVICE_FEATURE_NAMES)
 # observation a graph produces (the greedy policy); samplers fill it.
 EXPLORATION_UNITS = 64
 EXPLORATION_BUCKETS = 8
-EXPLORATION_SIZE = EXPLORATION_UNITS + EXPLORATION_BUCKETS
+# One more column: its value on device 0 is the sample's pipeline push, a
+# random gain on the stage affinity (`devices.stage_direction`).
+PIPELINE_NOISE_COLUMN = EXPLORATION_UNITS + EXPLORATION_BUCKETS
+EXPLORATION_SIZE = PIPELINE_NOISE_COLUMN + 1
 
 # Names and dtypes of the observation dict (`as_tensors`), with the padded
 # dimension each axis has: N nodes, E edges, G groups, D devices.
@@ -137,6 +140,7 @@ _OBSERVATION_LAYOUT = (
     ("device_mask", ("D",), np.bool_),
     ("exploration_noise", ("D", EXPLORATION_SIZE), np.float32),
     ("exploration_units", ("N", 2), np.int32),
+    ("stage_features", ("N", 2), np.float32),
     ("allowed", ("G", "D"), np.bool_),
     ("num_nodes", (), np.int32),
     ("num_groups", (), np.int32),
@@ -166,6 +170,9 @@ class PolicyInputs:
     exploration_units: int32[N, 2] per node: its scope unit slot in
       [0, EXPLORATION_UNITS) or -1, and its position bucket in
       [0, EXPLORATION_BUCKETS).
+    stage_features: float32[N, 2] per node: its stage along the graph's main
+      stack of numbered blocks in [0, 1] (`scopes.stage_coordinates`), and
+      1.0 if it has one (0.0: none, and padding).
     allowed: bool[G, D] every member of the group may run on the device;
       padding groups allow device 0 only, padding devices nothing.
     order: int32[num_nodes] position -> original node id.
@@ -185,6 +192,7 @@ class PolicyInputs:
   device_mask: np.ndarray
   exploration_noise: np.ndarray
   exploration_units: np.ndarray
+  stage_features: np.ndarray
   allowed: np.ndarray
   order: np.ndarray
   num_nodes: int
@@ -281,6 +289,11 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   exploration_units[:n, 0] = scopes.scope_units(
       graph.node_names, EXPLORATION_UNITS)[order]
   exploration_units[:n, 1] = np.arange(n) * EXPLORATION_BUCKETS // n
+  stage, staged = scopes.stage_coordinates(
+      graph.node_names, graph.edge_src, graph.edge_dst, order)
+  stage_features = np.zeros((big_n, 2), np.float32)
+  stage_features[:n, 0] = stage[order]
+  stage_features[:n, 1] = staged[order]
   op_ids = np.zeros(big_n, np.int32)
   type_ids = {t: op_type_id(t) for t in set(graph.op_types)}
   op_ids[:n] = [type_ids[graph.op_types[i]] for i in order]
@@ -309,7 +322,7 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       group_ids=group_ids, group_mask=np.arange(big_g) < num_groups,
       device_features=device_features, device_mask=np.arange(big_d) < d,
       exploration_noise=np.zeros((big_d, EXPLORATION_SIZE), np.float32),
-      exploration_units=exploration_units,
+      exploration_units=exploration_units, stage_features=stage_features,
       allowed=allowed, order=order, num_nodes=n, num_groups=num_groups,
       num_devices=d)
 

@@ -8,6 +8,7 @@ The pieces, each in its own module:
   superposition.FeatureWiseGate graph embedding gates every placer layer
   devices.DeviceEncoder         devices are inputs, not output units
   devices.PairScorer            node x device scores
+  devices.StageAffinity         learned gain on the pipeline direction
 
 Node scores are averaged over each colocation group's members (a group is
 placed once, as one decision) and masked: devices a group may not use and
@@ -25,9 +26,15 @@ zeros for the greedy policy); `finish` adds to every op's logits the noise
 of its unit (outermost numbered name scope) and of its position bucket
 (an eighth of the topological order), averaged over its group, after the
 logit scale. In one sample a whole layer, or a whole stretch of the graph,
-leans towards the same device. The noise is part of the observation, so
-PPO's probabilities are exact given it. It has no weights: any policy,
-including ones saved before it existed, explores this way.
+leans towards the same device. One more noise value per sample is a random
+gain on the pipeline direction (`devices.stage_direction`): the sample
+leans, with that strength, towards sending each stage of the graph's main
+stack of blocks to its own device, the whole-layer move that unit noise
+(which pushes each layer towards a random device) almost never lines up.
+With `StageAffinity`, PPO turns the pushes that paid off into its learned
+gain. The noise is part of the observation, so PPO's probabilities are
+exact given it. It has no weights: any policy, including ones saved before
+it existed, explores this way.
 """
 
 import dataclasses
@@ -45,7 +52,7 @@ NEG_LOGIT = -1e9
 PLACERS = ("transformer_xl", "feedforward")
 # Fields a saved policy config may lack, with the value that reproduces the
 # policy it was saved from (fields added after that policy was trained).
-SAVED_DEFAULTS = {"scope_features": False}
+SAVED_DEFAULTS = {"scope_features": False, "stage_affinity": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +74,9 @@ class PolicyConfig:
     scope_features: the encoder reads the numbered-scope coordinates
       (`scopes`). Policies saved without this field predate them and load
       with False (`SAVED_DEFAULTS`).
+    stage_affinity: scores also get `devices.StageAffinity`, a learned
+      gain on the pipeline direction (`devices.stage_direction`). Policies
+      saved without the field load with False.
   """
   hidden_size: int = 64
   op_embedding_size: int = 16
@@ -80,6 +90,7 @@ class PolicyConfig:
   superposition: bool = True
   seed: int = 0
   scope_features: bool = True
+  stage_affinity: bool = True
 
   def __post_init__(self):
     if self.placer not in PLACERS:
@@ -139,6 +150,8 @@ class GdpPolicy(tf.keras.Model):
         c.hidden_size, seed=c.seed + 20_000, name="device_encoder")
     self.scorer = devices.PairScorer(c.hidden_size, seed=c.seed + 30_000,
                                      name="scorer")
+    self.affinity = (devices.StageAffinity(name="affinity")
+                     if c.stage_affinity else None)
     # Multiplies the logits; not trained. Fine-tuning lowers it when the
     # pre-trained policy is too sure of itself on a new graph to explore
     # (`train_lib.apply_entropy_floor`); it is saved with the weights, so
@@ -195,6 +208,10 @@ class GdpPolicy(tf.keras.Model):
         (observation["device_features"], device_mask), training=training)
     contrast = _with_contrast(states, node_mask)
     node_logits = self.scorer((contrast, device_embeddings), training=training)
+    if self.affinity is not None:
+      node_logits += self.affinity((contrast, devices.stage_direction(
+          observation["stage_features"], observation["device_features"],
+          device_mask)))
     num_groups = tf.shape(observation["group_mask"])[1]
     group_logits = _group_mean(node_logits, observation["group_ids"],
                                node_mask, num_groups)
@@ -214,14 +231,16 @@ class GdpPolicy(tf.keras.Model):
       noise = tf.cast(noise, tf.float32)
       logits += tf.cond(
           tf.reduce_any(tf.not_equal(noise, 0.0)),
-          lambda: _unit_noise(noise, observation, tf.shape(scores)[1]),
+          lambda: (_unit_noise(noise, observation, tf.shape(scores)[1]) +
+                   _pipeline_noise(noise, observation, tf.shape(scores)[1])),
           lambda: tf.zeros_like(logits))
     return _mask_logits(logits, observation)
 
 
 # Observation entries `finish` reads (per row, when rows share `parts`).
 _FINISH_KEYS = ("allowed", "device_mask", "group_mask", "group_ids",
-                "node_mask", "exploration_units")
+                "node_mask", "exploration_units", "stage_features",
+                "device_features")
 
 
 def _unit_noise(noise, observation, num_groups):
@@ -238,6 +257,17 @@ def _unit_noise(noise, observation, num_groups):
   node_mask = tf.cast(observation["node_mask"], tf.bool)
   return _group_mean(by_unit + by_bucket, observation["group_ids"], node_mask,
                      num_groups)
+
+
+def _pipeline_noise(noise, observation, num_groups):
+  """[B, G, D]: the sample's random gain times the pipeline direction."""
+  gain = noise[:, 0, features.PIPELINE_NOISE_COLUMN]
+  direction = devices.stage_direction(
+      observation["stage_features"], observation["device_features"],
+      tf.cast(observation["device_mask"], tf.bool))
+  node_mask = tf.cast(observation["node_mask"], tf.bool)
+  return gain[:, None, None] * _group_mean(
+      direction, observation["group_ids"], node_mask, num_groups)
 
 
 def _with_contrast(states, node_mask):

@@ -32,12 +32,14 @@ def train_config(*, samples: int, graphs_per_iteration: int,
                  ratio: str, seed: int, log_every_seconds: float,
                  checkpoint_every_seconds: float,
                  exploration_scale: float = train_lib.EXPLORATION_SCALE,
+                 pipeline_exploration: float = train_lib.PIPELINE_EXPLORATION,
                  refloor_after: int = 0) -> train_lib.TrainConfig:
   return train_lib.TrainConfig(
       samples_per_graph=samples, graphs_per_iteration=graphs_per_iteration,
       seed=seed, log_every_seconds=log_every_seconds,
       checkpoint_every_seconds=checkpoint_every_seconds,
-      exploration_scale=exploration_scale, refloor_after=refloor_after,
+      exploration_scale=exploration_scale,
+      pipeline_exploration=pipeline_exploration, refloor_after=refloor_after,
       ppo=ppo.PpoConfig(learning_rate=learning_rate, num_epochs=epochs,
                         entropy_regularization=entropy, ratio=ratio))
 
@@ -73,6 +75,7 @@ class TrainingFlags:
   epochs: Any
   entropy: Any
   exploration: Any
+  pipeline_exploration: Any
   refloor_after: Any
   ratio: Any
   backend: Any
@@ -95,6 +98,7 @@ class TrainingFlags:
         log_every_seconds=self.log_every.value,
         checkpoint_every_seconds=self.checkpoint_every.value,
         exploration_scale=self.exploration.value,
+        pipeline_exploration=self.pipeline_exploration.value,
         refloor_after=self.refloor_after.value)
 
   def env_options(self, devices) -> dict:
@@ -133,6 +137,12 @@ def define_training_flags(module_name: str) -> TrainingFlags:
           "whole name scopes and stretches of the graph towards random "
           "devices (0: sample every op group independently).",
           lower_bound=0.0, **own),
+      pipeline_exploration=flags.DEFINE_float(
+          "pipeline_exploration", train_lib.PIPELINE_EXPLORATION,
+          "Standard deviation of each sampled placement's random pipeline "
+          "gain: a push towards sending each stage of the graph's stack of "
+          "numbered blocks (layer_0, layer_1, ...) to its own device "
+          "(0: none).", lower_bound=0.0, **own),
       refloor_after=flags.DEFINE_integer(
           "refloor_after", 0, "After this many iterations in a row whose "
           "samples were all one placement, make the policy explore again "

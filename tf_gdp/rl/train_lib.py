@@ -110,6 +110,17 @@ class Budget:
 # (`policy.network` module doc: whole name scopes and stretches of the
 # topological order lean towards one device per sample).
 EXPLORATION_SCALE = 0.0
+# Standard deviation of the random pipeline gain of every other sample
+# (`policy.network` module doc), in logit units. The pushes must be large to
+# jump a valley: on RNNLM-4 a gain of 10 makes the shipped policy's greedy
+# placement worse (168 ms against 159.4), one of 30 gives the pipeline
+# (126.8; the expert 120.8). Zero-shot best of 16 samples on GNMT-8 with
+# 12 / 24 / 48: 602.0 / 510.9 / 507.9 ms (expert 508.3). Zero: none.
+PIPELINE_EXPLORATION = 48.0
+# A single-graph run stops the pipeline pushes after this many iterations in
+# a row in which no pushed sample beat the graph's best unpushed one: on a
+# graph that should not be pipelined they only halve the useful samples.
+PIPELINE_PATIENCE = 10
 
 
 @dataclasses.dataclass
@@ -138,6 +149,11 @@ class TrainConfig:
     exploration_scale: standard deviation of the coherent exploration noise
       of sampled placements (`policy.network` module doc); 0 samples each
       group independently from the policy's logits.
+    pipeline_exploration: standard deviation of the random pipeline gain
+      of every other sampled placement (`PIPELINE_EXPLORATION`); 0: none.
+    pipeline_patience: in single-graph runs, stop the pipeline pushes after
+      this many iterations in a row in which no pushed sample beat every
+      unpushed one (`PIPELINE_PATIENCE`); 0 = never stop.
     refloor_after: after this many iterations in a row in which all samples
       were one placement (no advantage, so PPO cannot move), lower the
       policy's logit scale to the entropy floor again, as fine-tuning does
@@ -148,6 +164,8 @@ class TrainConfig:
   samples_per_graph: int = 16
   graphs_per_iteration: int = 4
   exploration_scale: float = EXPLORATION_SCALE
+  pipeline_exploration: float = PIPELINE_EXPLORATION
+  pipeline_patience: int = PIPELINE_PATIENCE
   refloor_after: int = 0
   evaluate_greedy: bool = True
   baseline: str = "sample_mean"
@@ -167,6 +185,10 @@ class TrainConfig:
       raise errors.InputError("graphs_per_iteration must be >= 1")
     if self.refloor_after < 0:
       raise errors.InputError("refloor_after must be >= 0")
+    if self.pipeline_patience < 0:
+      raise errors.InputError("pipeline_patience must be >= 0")
+    if self.pipeline_exploration < 0:
+      raise errors.InputError("pipeline_exploration must be >= 0")
     if self.baseline not in ("sample_mean", "value"):
       raise errors.InputError(
           f"baseline must be sample_mean or value, got {self.baseline!r}")
@@ -285,8 +307,13 @@ class Trainer:
     self.rng = tf.random.Generator.from_seed(self.config.seed)
     self.best_json = tf.Variable("{}", dtype=tf.string, name="best")
     self._train_fn = common.function(self.agent.train)
-    self._explores = (self.config.exploration_scale > 0 and
+    self._explores = ((self.config.exploration_scale > 0 or
+                       self.config.pipeline_exploration > 0) and
                       hasattr(policy, "finish"))
+    # Not checkpointed: a resumed run explores pipelines again at first.
+    self.pipeline_scale = tf.Variable(
+        float(self.config.pipeline_exploration), trainable=False,
+        name="pipeline_scale")
     self._sample_fn = tf.function(self._sample)
     self.checkpoint = tf.train.Checkpoint(
         policy=policy, value_net=self.value_net, optimizer=self.optimizer,
@@ -419,8 +446,9 @@ class Trainer:
           tf.random.experimental.stateless_split(seed, 2))
       rows = {k: tf.repeat(v, num_samples, axis=0)
               for k, v in observations.items()}
-      noise = self.config.exploration_scale * tf.random.stateless_normal(
-          tf.shape(rows["exploration_noise"]), seed=noise_seed)
+      noise = exploration_noise(
+          tf.shape(rows["exploration_noise"]), noise_seed,
+          self.config.exploration_scale, self.pipeline_scale)
       rows["exploration_noise"] = noise
       both = {k: tf.concat([rows[k], v], axis=0)
               for k, v in observations.items()}
@@ -463,6 +491,8 @@ class Trainer:
 
     clock = time.perf_counter()
     rewards = np.zeros((len(tasks), k), np.float32)
+    # Rows t*K + j with an odd index carry the pipeline push (if any).
+    pushed = (np.arange(len(tasks))[:, None] * k + np.arange(k)) % 2 == 1
     distinct = [len(np.unique(actions[:, t], axis=0)) for t in range(len(tasks))]
     greedy_ratios = []
     improved = []
@@ -505,6 +535,11 @@ class Trainer:
         "value_mean": float(values.mean()),
         "entropy": float(entropy.mean()),
         "distinct_samples": float(np.mean(distinct)),
+        # Some graph's best sample was one with a pipeline push.
+        "pipeline_won": float(self._explores and any(
+            rewards[t][pushed[t]].max() > rewards[t][~pushed[t]].max()
+            for t in range(len(tasks)) if pushed[t].any() and
+            (~pushed[t]).any())),
         "loss": float(loss_info.loss.numpy()),
         # Wall-clock split: policy forward + sampling, pricing the
         # placements, PPO epochs.
@@ -595,10 +630,17 @@ class Trainer:
     elapsed = lambda: base_seconds + time.perf_counter() - started
     for i in range(self.env.num_tasks):  # references before the clock matters
       self.env.reference(i)
-    stalled = 0
+    stalled = unpaid = 0
     while not budget.exhausted(int(self.env.evaluations), elapsed(),
                                int(self.iteration.numpy())):
       stats = self.run_iteration()
+      unpaid = 0 if stats["pipeline_won"] else unpaid + 1
+      if (self.config.pipeline_patience and self.env.num_tasks == 1 and
+          unpaid >= self.config.pipeline_patience and
+          float(self.pipeline_scale.numpy()) > 0):
+        self.pipeline_scale.assign(0.0)
+        self._log(f"no pipeline-pushed sample won in {unpaid} iterations: "
+                  "pipeline exploration off for this run")
       stalled = stalled + 1 if stats["distinct_samples"] <= 1 else 0
       if (self.config.refloor_after and self.env.num_tasks == 1 and
           stalled >= self.config.refloor_after):
@@ -985,10 +1027,33 @@ def finetune(policy_path: str, task, topology=None, *, budget: Budget,
   return result
 
 
+def exploration_noise(shape, seed, scale: float,
+                      pipeline: float) -> tf.Tensor:
+  """Standard normal noise of `shape` [S, D, EXPLORATION_SIZE], scaled.
+
+  Unit and bucket columns by `scale`; the pipeline column by `pipeline` in
+  odd rows only, so that every other sample (with an even number of samples
+  per graph, half of each graph's) is drawn as without it: pipeline pushes
+  make most samples of a graph that should stay whole a little worse.
+  """
+  from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
+  scales = tf.concat([
+      tf.fill([features.PIPELINE_NOISE_COLUMN], tf.cast(scale, tf.float32)),
+      tf.fill([features.EXPLORATION_SIZE - features.PIPELINE_NOISE_COLUMN],
+              tf.cast(pipeline, tf.float32))], 0)
+  odd = tf.cast(tf.range(shape[0]) % 2, tf.float32)[:, None, None]
+  is_pipeline = tf.cast(tf.range(features.EXPLORATION_SIZE) >=
+                        features.PIPELINE_NOISE_COLUMN, tf.float32)
+  rows = 1.0 - is_pipeline + is_pipeline * odd  # [S, 1, EXPLORATION_SIZE]
+  return tf.random.stateless_normal(shape, seed=seed) * scales * rows
+
+
 def zeroshot(policy, task, topology=None, *, samples: int = 16,
              seed: int = 0,
              entropy_floor: float = ENTROPY_FLOOR,
-             exploration_scale: float = EXPLORATION_SCALE) -> ZeroShotResult:
+             exploration_scale: float = EXPLORATION_SCALE,
+             pipeline_exploration: float = PIPELINE_EXPLORATION
+             ) -> ZeroShotResult:
   """Places an unseen graph with one forward pass of `policy`.
 
   Greedy (argmax per group) and `samples` sampled placements are simulated
@@ -1007,6 +1072,8 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
       deterministic policy would otherwise only repeat its greedy choice.
     exploration_scale: each sample's coherent exploration noise (as in
       training, `TrainConfig.exploration_scale`); 0 for none.
+    pipeline_exploration: the random pipeline gain of every other sample
+      (as in training); 0 for none. The greedy placement never has noise.
   """
   started = time.perf_counter()
   task = _as_task(task, topology)
@@ -1017,12 +1084,13 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
                  for k, v in features.as_tensors(inputs).items()}
   seed_pair = tf.constant([seed, 0], tf.int32)
   sample_logits = None
-  if exploration_scale > 0 and hasattr(policy, "noisy_logits"):
+  if ((exploration_scale > 0 or pipeline_exploration > 0) and
+      hasattr(policy, "noisy_logits")):
     # One network pass: row 0 noise-free (greedy), then each sample under
     # its own exploration noise (coherent moves, `policy.network` doc).
     shape = [samples + 1] + observation["exploration_noise"].shape[1:].as_list()
-    noise = exploration_scale * tf.random.stateless_normal(
-        shape, seed=seed_pair + [0, 1])
+    noise = exploration_noise(shape, seed_pair + [0, 1], exploration_scale,
+                              pipeline_exploration)
     noise = tf.concat([tf.zeros_like(noise[:1]), noise[1:]], 0)
     every = policy.noisy_logits(observation, noise)
     logits, sample_logits = every[0], every[1:]
