@@ -125,7 +125,6 @@ class PairScorer(tf.keras.layers.Layer):
     return mlp + bilinear / math.sqrt(self.hidden_size)
 
 
-
 # Device feature columns the stage direction reads.
 _KIND_COLUMNS = tuple(features.DEVICE_FEATURE_NAMES.index(name)
                       for name in ("kind_gpu", "kind_cpu", "kind_other"))
@@ -142,10 +141,10 @@ def stage_direction(stage_features, device_features, device_mask):
   centre, 0 one device away. Adding g times this to the logits is a
   pipeline of strength g, the human expert's layer i on GPU i (4 layers,
   stages 0, 1/3, 2/3, 1, sit on the centres of 4 GPUs; 8 layers lean two
-  per GPU). A pull, never a push: devices
-  outside the op's slot, kinds with a single device (the CPU next to GPUs)
-  and ops without a stage get 0, so a strong pipeline never sends ops to
-  a device just because the others were pushed away.
+  per GPU). A pull, never a push: devices outside the op's slot, kinds
+  with a single device (the CPU next to GPUs) and ops without a stage get
+  0, so a strong pipeline never sends ops to a device just because the
+  others were pushed away.
   """
   stage_features = tf.cast(stage_features, tf.float32)
   device_features = tf.cast(device_features, tf.float32)
@@ -184,12 +183,12 @@ class StageAffinity(tf.keras.layers.Layer):
     float[B, N, D].
   """
 
+  GAIN_SCALE = 10.0
+
   def __init__(self, **kwargs):
     super().__init__(**kwargs)
     self._gain = tf.keras.layers.Dense(1, kernel_initializer="zeros",
                                        name="gain")
-
-  GAIN_SCALE = 10.0
 
   def call(self, inputs):
     node_states, direction = inputs

@@ -139,10 +139,10 @@ def define_training_flags(module_name: str) -> TrainingFlags:
           lower_bound=0.0, **own),
       pipeline_exploration=flags.DEFINE_float(
           "pipeline_exploration", train_lib.PIPELINE_EXPLORATION,
-          "Standard deviation of each sampled placement's random pipeline "
-          "gain: a push towards sending each stage of the graph's stack of "
-          "numbered blocks (layer_0, layer_1, ...) to its own device "
-          "(0: none).", lower_bound=0.0, **own),
+          "Standard deviation of the random pipeline gain of every other "
+          "sampled placement: a push towards sending each stage of the "
+          "graph's stack of numbered blocks (layer_0, layer_1, ...) to its "
+          "own device (0: none).", lower_bound=0.0, **own),
       refloor_after=flags.DEFINE_integer(
           "refloor_after", 0, "After this many iterations in a row whose "
           "samples were all one placement, make the policy explore again "
