@@ -179,11 +179,13 @@ def stage_coordinates(names: Sequence[str], edge_src, edge_dst, order,
   if not ops_of_stem:
     return stage, known
   main = max(sorted(ops_of_stem), key=ops_of_stem.get)
+  rank_of = {key: {v: r / max(len(numbers) - 1, 1)
+                   for r, v in enumerate(sorted(numbers))}
+             for key, numbers in numbers_of.items()}
   for i, item in enumerate(outer):
     if (item is not None and len(numbers_of[item[0]]) > 1 and
         item[1].lower().rstrip("_-.") == main):
-      ordered = sorted(numbers_of[item[0]])
-      stage[i] = ordered.index(item[2]) / (len(ordered) - 1)
+      stage[i] = rank_of[item[0]][item[2]]
       known[i] = True
   named = known.copy()
   edge_src = np.asarray(edge_src, np.int64)
