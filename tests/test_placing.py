@@ -117,8 +117,8 @@ def test_batch_keeps_good_graphs_when_one_is_bad(graph, tmp_path):
   assert "2 placed, 1 failed" in table and "FAILED" in table
 
 
-def test_batch_with_a_broken_policy_fails_once_before_any_graph(graph,
-                                                                 tmp_path):
+def test_batch_with_a_bad_policy_or_compare_fails_before_any_graph(graph,
+                                                                  tmp_path):
   json_io.save_json(graph, str(tmp_path / "a.json"))
   broken = tmp_path / "broken_policy"
   broken.mkdir()
@@ -130,6 +130,11 @@ def test_batch_with_a_broken_policy_fails_once_before_any_graph(graph,
       place_batch.place_many(str(tmp_path / "*.json"), "p100x2",
                              str(tmp_path / "out"), policy=policy,
                              log=lines.append)
+  assert not lines and not (tmp_path / "out").exists()
+  with pytest.raises(errors.InputError, match="not a baseline; choose from"):
+    place_batch.place_many(str(tmp_path / "*.json"), "p100x2",
+                           str(tmp_path / "out"), compare=["expert"],
+                           log=lines.append)
   assert not lines and not (tmp_path / "out").exists()
 
 

@@ -332,3 +332,9 @@ def test_pipeline_noise_moves_each_stage_to_its_device_per_sample():
   np.testing.assert_allclose(shift[1][group_of[2]], [4.0 * 2 / 3, 4.0 / 3],
                              atol=1e-4)
   np.testing.assert_allclose(shift[1][group_of[7]], [0.0, 4.0], atol=1e-4)
+  # The second stage rule's column pushes along its own stages (the same
+  # ones in a plain chain).
+  noise[1, 0] = 0.0
+  noise[1, 0, features.PIPELINE_NOISE_COLUMN + 1] = 4.0
+  second = policy.noisy_logits(batch, tf.constant(noise)).numpy() - base[None]
+  np.testing.assert_allclose(second, shift, atol=1e-4)

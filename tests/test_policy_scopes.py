@@ -1,6 +1,7 @@
 """Scope coordinates: layer numbers read from name scopes, model-agnostic."""
 
 import numpy as np
+import pytest
 
 from tf_gdp.policy import scopes
 
@@ -64,3 +65,19 @@ def test_stage_follows_the_main_numbered_stem_and_the_data_flow():
   stage, known = scopes.stage_coordinates(["a/x", "layer_0/y"], [0], [1],
                                           [0, 1])
   assert not known.any()
+
+
+def test_neighbour_median_rule_weighs_consumers_in_the_first_pass():
+  # layer_2/a -> glue -> layer_0/b, layer_1/b: the latest input says the
+  # last stage, the median of all staged neighbours the middle one.
+  names = ["layer_2/a", "glue", "layer_0/b", "layer_1/b"]
+  src, dst, order = [0, 1, 1], [1, 2, 3], [0, 1, 2, 3]
+  latest, known = scopes.stage_coordinates(names, src, dst, order,
+                                           refine_rounds=0)
+  median, median_known = scopes.stage_coordinates(
+      names, src, dst, order, refine_rounds=0, rule="neighbour_median")
+  assert latest[1] == 1.0 and median[1] == 0.5
+  np.testing.assert_array_equal(known, median_known)
+  np.testing.assert_allclose(latest[[0, 2, 3]], median[[0, 2, 3]])
+  with pytest.raises(ValueError, match="unknown stage rule"):
+    scopes.stage_coordinates(names, src, dst, order, rule="first")

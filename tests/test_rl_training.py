@@ -449,12 +449,18 @@ def test_a_policy_stuck_on_one_placement_is_made_to_explore_again():
 def test_every_other_sample_gets_a_pipeline_push():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   column = features.PIPELINE_NOISE_COLUMN
+  rules = features.NUM_STAGE_RULES
+  assert rules == 2 and features.EXPLORATION_SIZE == column + rules
   noise = train_lib.exploration_noise(
       [400, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 0.5,
       10.0).numpy()
-  assert (noise[0::2, :, column] == 0).all()
-  assert (noise[1::2, :, column] != 0).all()
-  assert np.std(noise[1::2, :, column]) == pytest.approx(10.0, rel=0.15)
+  pushes = noise[..., column:]
+  assert (pushes[0::2] == 0).all()
+  # Pushed rows take the rules in turn: row 1 the first, row 3 the second.
+  assert (pushes[1::4, :, 0] != 0).all() and (pushes[1::4, :, 1] == 0).all()
+  assert (pushes[3::4, :, 1] != 0).all() and (pushes[3::4, :, 0] == 0).all()
+  assert np.std(pushes[1::4, :, 0]) == pytest.approx(10.0, rel=0.2)
+  assert np.std(pushes[3::4, :, 1]) == pytest.approx(10.0, rel=0.2)
   assert np.std(noise[..., :column]) == pytest.approx(0.5, rel=0.05)
   off = train_lib.exploration_noise([4, 3, features.EXPLORATION_SIZE],
                                     tf.constant([1, 2]), 0.0, 0.0)

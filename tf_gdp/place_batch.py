@@ -56,6 +56,7 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   if method not in placing.method_names():  # fail before loading any graph
     raise errors.InputError(f"unknown method {method!r}; choose from "
                             f"{', '.join(placing.method_names())}")
+  placing.check_compare(compare)
   if method == placing.GDP:
     placing.check_policy(policy)
   topology = topology_lib.get(devices)

@@ -130,9 +130,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
         f"unknown method {method!r}; choose from {', '.join(method_names())}")
   if budget_seconds < 0:
     raise errors.InputError("budget_seconds must be >= 0")
-  for name in compare:
-    if name not in method_names() or name == GDP:
-      raise errors.InputError(f"cannot compare with {name!r}: not a baseline")
+  check_compare(compare)
   from tf_gdp.cost import feasibility  # pylint: disable=g-import-not-at-top
   feasibility.check_feasible(graph, topology)  # InfeasibleError with numbers
   if method == GDP:
@@ -151,6 +149,15 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
       continue
     result.compared[name] = _baseline_summary(name, graph, topology, seed)
   return result
+
+
+def check_compare(compare: Sequence[str]) -> None:
+  """InputError naming the baselines when `compare` holds anything else."""
+  baselines = [name for name in method_names() if name != GDP]
+  for name in compare:
+    if name not in baselines:
+      raise errors.InputError(f"cannot compare with {name!r}: not a baseline; "
+                              f"choose from {', '.join(baselines)}")
 
 
 def check_policy(policy: Optional[str] = None) -> str:

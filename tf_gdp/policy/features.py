@@ -118,10 +118,12 @@ F_DEVICE = len(DEVICE_FEATURE_NAMES)
 # observation a graph produces (the greedy policy); samplers fill it.
 EXPLORATION_UNITS = 64
 EXPLORATION_BUCKETS = 8
-# One more column: its value on device 0 is the sample's pipeline push, a
-# random gain on the stage affinity (`devices.stage_direction`).
+# One more column per stage rule (`scopes.STAGE_RULES`): its value on device
+# 0 is the sample's pipeline push, a random gain on the direction of that
+# rule's stages (`devices.stage_direction`).
 PIPELINE_NOISE_COLUMN = EXPLORATION_UNITS + EXPLORATION_BUCKETS
-EXPLORATION_SIZE = PIPELINE_NOISE_COLUMN + 1
+NUM_STAGE_RULES = len(scopes.STAGE_RULES)
+EXPLORATION_SIZE = PIPELINE_NOISE_COLUMN + NUM_STAGE_RULES
 
 # Names and dtypes of the observation dict (`as_tensors`), with the padded
 # dimension each axis has: N nodes, E edges, G groups, D devices.
@@ -140,7 +142,7 @@ _OBSERVATION_LAYOUT = (
     ("device_mask", ("D",), np.bool_),
     ("exploration_noise", ("D", EXPLORATION_SIZE), np.float32),
     ("exploration_units", ("N", 2), np.int32),
-    ("stage_features", ("N", 2), np.float32),
+    ("stage_features", ("N", 2 * NUM_STAGE_RULES), np.float32),
     ("allowed", ("G", "D"), np.bool_),
     ("num_nodes", (), np.int32),
     ("num_groups", (), np.int32),
@@ -170,9 +172,11 @@ class PolicyInputs:
     exploration_units: int32[N, 2] per node: its scope unit slot in
       [0, EXPLORATION_UNITS) or -1, and its position bucket in
       [0, EXPLORATION_BUCKETS).
-    stage_features: float32[N, 2] per node: its stage along the graph's main
-      stack of numbered blocks in [0, 1] (`scopes.stage_coordinates`), and
-      1.0 if it has one (0.0: none, and padding).
+    stage_features: float32[N, 2 * NUM_STAGE_RULES] per node and stage
+      rule r (`scopes.STAGE_RULES`): columns 2r, 2r + 1 are its stage along
+      the graph's main stack of numbered blocks in [0, 1]
+      (`scopes.stage_coordinates`), and 1.0 if it has one (0.0: none, and
+      padding).
     allowed: bool[G, D] every member of the group may run on the device;
       padding groups allow device 0 only, padding devices nothing.
     order: int32[num_nodes] position -> original node id.
@@ -289,11 +293,12 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   exploration_units[:n, 0] = scopes.scope_units(
       graph.node_names, EXPLORATION_UNITS)[order]
   exploration_units[:n, 1] = np.arange(n) * EXPLORATION_BUCKETS // n
-  stage, staged = scopes.stage_coordinates(
-      graph.node_names, graph.edge_src, graph.edge_dst, order)
-  stage_features = np.zeros((big_n, 2), np.float32)
-  stage_features[:n, 0] = stage[order]
-  stage_features[:n, 1] = staged[order]
+  stage_features = np.zeros((big_n, 2 * NUM_STAGE_RULES), np.float32)
+  for r, rule in enumerate(scopes.STAGE_RULES):
+    stage, staged = scopes.stage_coordinates(
+        graph.node_names, graph.edge_src, graph.edge_dst, order, rule=rule)
+    stage_features[:n, 2 * r] = stage[order]
+    stage_features[:n, 2 * r + 1] = staged[order]
   op_ids = np.zeros(big_n, np.int32)
   type_ids = {t: op_type_id(t) for t in set(graph.op_types)}
   op_ids[:n] = [type_ids[graph.op_types[i]] for i in order]

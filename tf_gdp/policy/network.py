@@ -26,13 +26,14 @@ zeros for the greedy policy); `finish` adds to every op's logits the noise
 of its unit (outermost numbered name scope) and of its position bucket
 (an eighth of the topological order), averaged over its group, after the
 logit scale. In one sample a whole layer, or a whole stretch of the graph,
-leans towards the same device. One more noise value per sample is a random
-gain on the pipeline direction (`devices.stage_direction`): the sample
-leans, with that strength, towards sending each stage of the graph's main
-stack of blocks to its own device, the whole-layer move that unit noise
-(which pushes each layer towards a random device) almost never lines up.
-With `StageAffinity`, PPO turns the pushes that paid off into its learned
-gain. The noise is part of the observation, so PPO's probabilities are
+leans towards the same device. One more noise value per sample and stage
+rule (`scopes.STAGE_RULES`) is a random gain on that rule's pipeline
+direction (`devices.stage_direction`): the sample leans, with that
+strength, towards sending each stage of the graph's main stack of blocks to
+its own device, the whole-layer move that unit noise (which pushes each
+layer towards a random device) almost never lines up. With
+`StageAffinity` (on the first rule's stages), PPO turns the pushes that
+paid off into its learned gain. The noise is part of the observation, so PPO's probabilities are
 exact given it. It has no weights: any policy, including ones saved before
 it existed, explores this way.
 """
@@ -75,8 +76,9 @@ class PolicyConfig:
       (`scopes`). Policies saved without this field predate them and load
       with False (`SAVED_DEFAULTS`).
     stage_affinity: scores also get `devices.StageAffinity`, a learned
-      gain on the pipeline direction (`devices.stage_direction`). Policies
-      saved without the field load with False.
+      gain on the pipeline direction of the first stage rule
+      (`devices.stage_direction`). Policies saved without the field load
+      with False.
   """
   hidden_size: int = 64
   op_embedding_size: int = 16
@@ -210,8 +212,8 @@ class GdpPolicy(tf.keras.Model):
     node_logits = self.scorer((contrast, device_embeddings), training=training)
     if self.affinity is not None:
       node_logits += self.affinity((contrast, devices.stage_direction(
-          observation["stage_features"], observation["device_features"],
-          device_mask)))
+          observation["stage_features"][..., :2],
+          observation["device_features"], device_mask)))
     num_groups = tf.shape(observation["group_mask"])[1]
     group_logits = _group_mean(node_logits, observation["group_ids"],
                                node_mask, num_groups)
@@ -260,14 +262,16 @@ def _unit_noise(noise, observation, num_groups):
 
 
 def _pipeline_noise(noise, observation, num_groups):
-  """[B, G, D]: the sample's random gain times the pipeline direction."""
-  gain = noise[:, 0, features.PIPELINE_NOISE_COLUMN]
-  direction = devices.stage_direction(
-      observation["stage_features"], observation["device_features"],
-      tf.cast(observation["device_mask"], tf.bool))
+  """[B, G, D]: the sample's random gains times each stage rule's direction."""
+  device_mask = tf.cast(observation["device_mask"], tf.bool)
+  push = 0.0
+  for r in range(features.NUM_STAGE_RULES):
+    gain = noise[:, 0, features.PIPELINE_NOISE_COLUMN + r]
+    push += gain[:, None, None] * devices.stage_direction(
+        observation["stage_features"][..., 2 * r:2 * r + 2],
+        observation["device_features"], device_mask)
   node_mask = tf.cast(observation["node_mask"], tf.bool)
-  return gain[:, None, None] * _group_mean(
-      direction, observation["group_ids"], node_mask, num_groups)
+  return _group_mean(push, observation["group_ids"], node_mask, num_groups)
 
 
 def _with_contrast(states, node_mask):

@@ -1033,20 +1033,27 @@ def exploration_noise(shape, seed, scale: float,
                       pipeline: float) -> tf.Tensor:
   """Standard normal noise of `shape` [S, D, EXPLORATION_SIZE], scaled.
 
-  Unit and bucket columns by `scale`; the pipeline column by `pipeline` in
+  Unit and bucket columns by `scale`; the pipeline columns by `pipeline` in
   odd rows only, so that every other sample (with an even number of samples
   per graph, half of each graph's) is drawn as without it: pipeline pushes
-  make most samples of a graph that should stay whole a little worse.
+  make most samples of a graph that should stay whole a little worse. The
+  pushed rows take the stage rules in turn (row 1 the first rule's column,
+  row 3 the second's, ...): each push follows one rule.
   """
   from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
+  first = features.PIPELINE_NOISE_COLUMN
   scales = tf.concat([
-      tf.fill([features.PIPELINE_NOISE_COLUMN], tf.cast(scale, tf.float32)),
-      tf.fill([features.EXPLORATION_SIZE - features.PIPELINE_NOISE_COLUMN],
+      tf.fill([first], tf.cast(scale, tf.float32)),
+      tf.fill([features.EXPLORATION_SIZE - first],
               tf.cast(pipeline, tf.float32))], 0)
-  odd = tf.cast(tf.range(shape[0]) % 2, tf.float32)[:, None, None]
-  is_pipeline = tf.cast(tf.range(features.EXPLORATION_SIZE) >=
-                        features.PIPELINE_NOISE_COLUMN, tf.float32)
-  rows = 1.0 - is_pipeline + is_pipeline * odd  # [S, 1, EXPLORATION_SIZE]
+  row = tf.range(shape[0])
+  # The column each row pushes along; -1 (no column) for even rows.
+  pushed = tf.where(row % 2 == 1,
+                    first + (row // 2) % features.NUM_STAGE_RULES, -1)
+  column = tf.range(features.EXPLORATION_SIZE)
+  keep = tf.logical_or(column[None, :] < first,
+                       column[None, :] == pushed[:, None])
+  rows = tf.cast(keep, tf.float32)[:, None, :]  # [S, 1, EXPLORATION_SIZE]
   return tf.random.stateless_normal(shape, seed=seed) * scales * rows
 
 
