@@ -78,17 +78,22 @@ def test_search_cost_counts_the_evaluation_that_first_reaches_hdp():
 def test_quality_summary_judges_gdp_against_the_best_baseline_and_expert():
   from tf_gdp.bench import gdp_eval  # pylint: disable=g-import-not-at-top
 
-  def result(graph, gdp, expert, best):
+  def result(graph, gdp, expert, best, rules=None):
     rows = [gdp_eval._row(method, step, valid, 0.0, None)
             for method, step, valid in (
                 ("human_expert", expert, True), ("metis", best, True),
                 ("gdp_zeroshot", gdp * 0.5, False), ("gdp", gdp, True))]
+    if rules is not None:  # a reference row, never the best baseline
+      rows.append(gdp_eval._row(gdp_eval.STAGE_RULES_ROW, rules, True, 0.0, 3))
     gdp_eval._add_ratios(rows)
     return {"graph": graph, "rows": rows}
 
   summary = gdp_eval.quality_summary(
-      [result("a", 80.0, 100.0, 90.0), result("b", 120.0, 100.0, 110.0)])
+      [result("a", 80.0, 100.0, 90.0, rules=50.0),
+       result("b", 120.0, 100.0, 110.0, rules=130.0)])
   assert summary["at_most_best_baseline"] == 1
+  assert (summary["at_most_stage_rules"],
+          summary["graphs_with_stage_rules"]) == (1, 2)
   assert summary["worst_over_best_baseline"]["graph"] == "b"
   assert summary["mean_improvement_over_expert"] == pytest.approx(0.0)
   assert summary["geomean_over_expert"] == pytest.approx((0.8 * 1.2) ** 0.5)

@@ -81,3 +81,25 @@ def test_neighbour_median_rule_weighs_consumers_in_the_first_pass():
   np.testing.assert_allclose(latest[[0, 2, 3]], median[[0, 2, 3]])
   with pytest.raises(ValueError, match="unknown stage rule"):
     scopes.stage_coordinates(names, src, dst, order, rule="first")
+
+
+def test_inner_major_rule_orders_blocks_segment_first():
+  # 2 layers x 2 segments, plus a layer variable without a segment, a
+  # nested stem that only one op carries, and an unnumbered loss.
+  names = ["layer_0/segment_0/a", "layer_1/segment_0/a",
+           "layer_0/segment_1/a", "layer_1/segment_1/a",
+           "layer_1/kernel", "layer_0/head_3/x", "loss"]
+  edges = [(0, 1), (0, 2), (2, 3), (1, 3), (4, 1), (4, 3), (3, 6), (0, 5)]
+  src, dst = zip(*edges)
+  order = [4, 0, 5, 1, 2, 3, 6]
+  stage, known = scopes.stage_coordinates(names, src, dst, order,
+                                          rule="inner_major")
+  # Segment 0 of both layers first, then segment 1: stages 0, 1/3, 2/3, 1.
+  np.testing.assert_allclose(stage[:4], [0, 1 / 3, 2 / 3, 1])
+  assert stage[5] == 0 and known[5]  # one `head_` number: it inherits
+  assert stage[4] == 1 / 3  # the median of its consumers' 1/3 and 1
+  assert stage[6] == 1 and known.all()
+  # Without a second numbered level no op has a stage under this rule.
+  stage, known = scopes.stage_coordinates(
+      ["layer_0/a", "layer_1/a"], [0], [1], [0, 1], rule="inner_major")
+  assert not known.any()

@@ -450,17 +450,20 @@ def test_every_other_sample_gets_a_pipeline_push():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   column = features.PIPELINE_NOISE_COLUMN
   rules = features.NUM_STAGE_RULES
-  assert rules == 2 and features.EXPLORATION_SIZE == column + rules
+  assert rules == 3 and features.EXPLORATION_SIZE == column + rules
   noise = train_lib.exploration_noise(
-      [400, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 0.5,
+      [600, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 0.5,
       10.0).numpy()
   pushes = noise[..., column:]
   assert (pushes[0::2] == 0).all()
-  # Pushed rows take the rules in turn: row 1 the first, row 3 the second.
-  assert (pushes[1::4, :, 0] != 0).all() and (pushes[1::4, :, 1] == 0).all()
-  assert (pushes[3::4, :, 1] != 0).all() and (pushes[3::4, :, 0] == 0).all()
-  assert np.std(pushes[1::4, :, 0]) == pytest.approx(10.0, rel=0.2)
-  assert np.std(pushes[3::4, :, 1]) == pytest.approx(10.0, rel=0.2)
+  # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
+  # a positive gain: |N(0, 10)|, mean 10 * sqrt(2 / pi).
+  for rule in range(rules):
+    rows = pushes[2 * rule + 1::2 * rules]
+    assert (rows[..., rule] > 0).all()
+    assert (np.delete(rows, rule, axis=-1) == 0).all()
+    assert rows[..., rule].mean() == pytest.approx(
+        10.0 * np.sqrt(2 / np.pi), rel=0.2)
   assert np.std(noise[..., :column]) == pytest.approx(0.5, rel=0.05)
   off = train_lib.exploration_noise([4, 3, features.EXPLORATION_SIZE],
                                     tf.constant([1, 2]), 0.0, 0.0)

@@ -5,7 +5,9 @@ evaluation budget (its best-so-far curve kept), GDP zero-shot (one forward
 pass of the pre-trained policy, greedy + samples judged by the simulator),
 GDP fine-tuned for a fixed time (its best-so-far curve kept; the reported
 placement is the better of zero-shot and fine-tuning, both the policy's own),
-and optionally zero-shot ablation policies (no attention, no superposition).
+optionally zero-shot ablation policies (no attention, no superposition), and
+as a reference (`ref:stage_rules`, never a baseline) the best of the stage
+rules' own placements that pipeline exploration leans towards.
 Search cost: the reward evaluations GDP needed to reach HDP's final step time
 against the evaluations HDP used to get there.
 
@@ -26,6 +28,7 @@ from tf_gdp import placing
 from tf_gdp.bench import harness
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.policy import pipelines
 
 
 def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
@@ -48,6 +51,16 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   hdp_curve = [[e, t] for e, t in found.history if math.isfinite(t)]
   log(f"  {label} / hdp: {rows[-1]['step_time_us'] / 1e3:,.1f} ms "
       f"({found.evaluations} evaluations, {found.seconds:.0f} s)")
+
+  clock = time.perf_counter()
+  rules = [(name, *_judge(graph, placement, topology)) for name, placement in
+           pipelines.stage_placements(graph, topology).items()]
+  if rules:
+    name, step, valid = min(rules, key=lambda r: (not r[2], r[1]))
+    rows.append(_row(STAGE_RULES_ROW, step, valid,
+                     time.perf_counter() - clock, len(rules)))
+    log(f"  {label} / stage rules (reference, best: {name}): "
+        f"{step / 1e3:,.1f} ms")
 
   task = environment.PlacementTask(graph, topology, extracted=loaded.extracted,
                                    name=label)
@@ -109,6 +122,14 @@ def _judge(graph, placement, topology):
   return sim.step_time_us, bool(sim.valid)
 
 
+# Rows that are neither GDP nor a baseline: shown for comparison, never the
+# best baseline. The stage rules' own placements (`policy.pipelines`, the
+# best of the rules by the simulator) are what pipeline exploration leans
+# towards: the table shows what the policy adds to them.
+REFERENCE_PREFIX = "ref:"
+STAGE_RULES_ROW = REFERENCE_PREFIX + "stage_rules"
+
+
 def _row(method, step_time_us, valid, seconds, evaluations) -> dict:
   return {"method": method, "step_time_us": float(step_time_us),
           "valid": bool(valid), "search_seconds": float(seconds),
@@ -117,7 +138,7 @@ def _row(method, step_time_us, valid, seconds, evaluations) -> dict:
 
 def _add_ratios(rows) -> None:
   baselines = [r for r in rows if r["valid"] and not r["method"].startswith(
-      "gdp")]
+      ("gdp", REFERENCE_PREFIX))]
   best = min((r["step_time_us"] for r in baselines), default=math.nan)
   expert = next((r["step_time_us"] for r in rows
                  if r["method"] == "human_expert"), math.nan)
@@ -151,15 +172,22 @@ def quality_summary(results) -> dict:
   1 - gdp / expert over graphs that have an expert placement.
   """
   per_graph = []
+  over_rules = []
   for result in results:
     gdp = next(r for r in result["rows"] if r["method"] == "gdp")
     per_graph.append((result["graph"], gdp["over_best_baseline"],
                       gdp["over_expert"]))
+    rules = next((r for r in result["rows"]
+                  if r["method"] == STAGE_RULES_ROW and r["valid"]), None)
+    if rules is not None:
+      over_rules.append(gdp["step_time_us"] / rules["step_time_us"])
   with_expert = [e for _, _, e in per_graph if math.isfinite(e)]
   worst = max(per_graph, key=lambda g: g[1], default=None)
   return {
       "graphs": len(per_graph),
       "at_most_best_baseline": sum(b <= 1.0 + 1e-9 for _, b, _ in per_graph),
+      "graphs_with_stage_rules": len(over_rules),
+      "at_most_stage_rules": sum(r <= 1.0 + 1e-9 for r in over_rules),
       "worst_over_best_baseline": None if worst is None else
                                   {"graph": worst[0], "ratio": worst[1]},
       "mean_improvement_over_expert": (
@@ -194,6 +222,11 @@ def format_table(results) -> str:
         f"gdp <= best baseline on {summary['at_most_best_baseline']} of "
         f"{summary['graphs']} graphs (worst {worst['ratio']:.3f}, "
         f"{worst['graph']})")
+  if summary["graphs_with_stage_rules"]:
+    lines.append(
+        f"gdp <= the stage rules' own placements (reference) on "
+        f"{summary['at_most_stage_rules']} of "
+        f"{summary['graphs_with_stage_rules']} graphs that have stages")
   if summary["mean_improvement_over_expert"] is not None:
     lines.append(
         f"gdp vs human expert: mean improvement "

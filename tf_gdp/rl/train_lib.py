@@ -1031,30 +1031,33 @@ def finetune(policy_path: str, task, topology=None, *, budget: Budget,
 
 def exploration_noise(shape, seed, scale: float,
                       pipeline: float) -> tf.Tensor:
-  """Standard normal noise of `shape` [S, D, EXPLORATION_SIZE], scaled.
+  """Random noise of `shape` [S, D, EXPLORATION_SIZE] for S samples.
 
-  Unit and bucket columns by `scale`; the pipeline columns by `pipeline` in
-  odd rows only, so that every other sample (with an even number of samples
-  per graph, half of each graph's) is drawn as without it: pipeline pushes
-  make most samples of a graph that should stay whole a little worse. The
-  pushed rows take the stage rules in turn (row 1 the first rule's column,
-  row 3 the second's, ...): each push follows one rule.
+  Unit and bucket columns: normal, standard deviation `scale`. The pipeline
+  columns (one per stage rule): the absolute value of a normal of standard
+  deviation `pipeline` (a negative gain would push every op away from its
+  stage's device: no pipeline at all), in odd rows only, so that every
+  other sample (with an even number of samples per graph, half of each
+  graph's) is drawn as without it: pipeline pushes make most samples of a
+  graph that should stay whole a little worse. The pushed rows take the
+  stage rules in turn (row 1 the first rule's column, row 3 the second's,
+  ...): each push follows one rule.
   """
   from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
   first = features.PIPELINE_NOISE_COLUMN
-  scales = tf.concat([
-      tf.fill([first], tf.cast(scale, tf.float32)),
-      tf.fill([features.EXPLORATION_SIZE - first],
-              tf.cast(pipeline, tf.float32))], 0)
+  column = tf.range(features.EXPLORATION_SIZE)
+  is_pipeline = column >= first
   row = tf.range(shape[0])
   # The column each row pushes along; -1 (no column) for even rows.
   pushed = tf.where(row % 2 == 1,
                     first + (row // 2) % features.NUM_STAGE_RULES, -1)
-  column = tf.range(features.EXPLORATION_SIZE)
-  keep = tf.logical_or(column[None, :] < first,
-                       column[None, :] == pushed[:, None])
-  rows = tf.cast(keep, tf.float32)[:, None, :]  # [S, 1, EXPLORATION_SIZE]
-  return tf.random.stateless_normal(shape, seed=seed) * scales * rows
+  keep = tf.logical_or(~is_pipeline[None, :],
+                       column[None, :] == pushed[:, None])  # [S, SIZE]
+  scales = tf.where(is_pipeline, tf.cast(pipeline, tf.float32),
+                    tf.cast(scale, tf.float32))
+  noise = tf.random.stateless_normal(shape, seed=seed)
+  noise = tf.where(is_pipeline, tf.abs(noise), noise)
+  return noise * scales * tf.cast(keep, tf.float32)[:, None, :]
 
 
 def zeroshot(policy, task, topology=None, *, samples: int = 16,
