@@ -136,10 +136,11 @@ def stage_direction(stage_features, device_features, device_mask):
 
   `stage_features` [B, N, 2] is one rule's (stage, has one) pair of the
   observation's `stage_features`. The stage s in [0, 1] of an op
-  (`scopes.stage_coordinates`) is laid over the K devices of a kind, first stage on the first device's centre
-  and last on the last's: x = (0.5 + s (K - 1)) / K. The j-th device, its
-  slot centred at (j + 0.5) / K, gets max(0, 1 - K |x - centre|): 1 on the
-  centre, 0 one device away. Adding g times this to the logits is a
+  (`scopes.stage_coordinates`) is laid over the K devices of a kind, first
+  stage on the first device's centre and last on the last's:
+  x = (0.5 + s (K - 1)) / K. The j-th device, its slot centred at
+  (j + 0.5) / K, gets max(0, 1 - K |x - centre|): 1 on the centre, 0 one
+  device away. Adding g times this to the logits is a
   pipeline of strength g, the human expert's layer i on GPU i (4 layers,
   stages 0, 1/3, 2/3, 1, sit on the centres of 4 GPUs; 8 layers lean two
   per GPU). A pull, never a push: devices outside the op's slot, kinds

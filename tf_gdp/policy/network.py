@@ -33,9 +33,9 @@ strength, towards sending each stage of the graph's main stack of blocks to
 its own device, the whole-layer move that unit noise (which pushes each
 layer towards a random device) almost never lines up. With
 `StageAffinity` (on the first rule's stages), PPO turns the pushes that
-paid off into its learned gain. The noise is part of the observation, so PPO's probabilities are
-exact given it. It has no weights: any policy, including ones saved before
-it existed, explores this way.
+paid off into its learned gain. The noise is part of the observation, so
+PPO's probabilities are exact given it. It has no weights: any policy,
+including ones saved before it existed, explores this way.
 """
 
 import dataclasses
