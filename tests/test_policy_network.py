@@ -265,6 +265,19 @@ def test_exploration_noise_moves_whole_scope_units_and_buckets():
                              atol=1e-5)
 
 
+def test_shifted_centres_split_six_stages_differently_over_four_gpus():
+  from tf_gdp.policy import devices  # pylint: disable=g-import-not-at-top
+  inputs = features.policy_inputs(_layers_graph(), _gpus(4))
+  stages = np.stack([np.arange(6) / 5, np.ones(6)], axis=-1)[None]
+  args = (stages, inputs.device_features[None], inputs.device_mask[None])
+  even = devices.stage_direction(*args).numpy()[0]
+  np.testing.assert_array_equal(even.argmax(-1), [0, 1, 1, 2, 2, 3])
+  shifted = devices.stage_direction(
+      *args, centre_shift=np.array([[0.5, 0.5, 0.0, 0.5]], np.float32))
+  np.testing.assert_array_equal(shifted.numpy()[0].argmax(-1),
+                                [0, 0, 1, 2, 2, 3])  # (2, 1, 2, 1) per GPU
+
+
 def test_exploration_noise_keeps_the_masks():
   policy = _policy()
   batch = _batch([(_graph(constrained=True), _gpus(2, cpu=True))], **_MAXIMA)

@@ -14,6 +14,7 @@ import pytest
 
 # tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it.
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
+from rl_graphs import gpus, two_chains  # tests/ helper
 from tf_gdp.rl import actor_network
 from tf_gdp.rl import graph_sets
 from tf_gdp.rl import ppo
@@ -26,36 +27,11 @@ from tf_gdp.policy import features
 from tf_gdp.policy import network
 import tensorflow as tf
 
-GIB = 1 << 30
 # A small policy: tracing its forward and backward pass dominates test time.
 TINY = {"hidden_size": 32, "op_embedding_size": 8, "gnn_rounds": 2,
         "placer_layers": 1, "num_heads": 2, "ffn_size": 64,
         "segment_length": 8, "memory_length": 8}
 PLACERS = ("transformer_xl", "feedforward")
-
-
-def two_chains(length=4, cost=100.0, nbytes=1_000_000):
-  """Two independent chains; moving a tensor between GPUs costs ~105 us."""
-  names = [f"{c}/op{i}" for c in "ab" for i in range(length)]
-  src, dst = [], []
-  for c in range(2):
-    for i in range(length - 1):
-      src.append(c * length + i)
-      dst.append(c * length + i + 1)
-  n = 2 * length
-  return op_graph.OpGraph.build(
-      name=f"two_chains{length}", node_names=names, op_types=["MatMul"] * n,
-      costs={"GPU": [cost] * n}, output_bytes=[nbytes] * n,
-      memory_bytes=[0] * n, edge_src=src, edge_dst=dst,
-      edge_bytes=[nbytes] * len(src), fetches=[names[length - 1], names[-1]])
-
-
-def gpus(count=2):
-  devices = [topology_lib.Device(
-      f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU", GIB)
-             for i in range(count)]
-  return topology_lib.custom("gpus", devices, np.full((count, count), 10.0),
-                             np.full((count, count), 5.0))
 
 
 def tiny_policy(placer, seed=1):
@@ -450,20 +426,30 @@ def test_every_other_sample_gets_a_pipeline_push():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   column = features.PIPELINE_NOISE_COLUMN
   rules = features.NUM_STAGE_RULES
-  assert rules == 3 and features.EXPLORATION_SIZE == column + rules
+  shift = features.PIPELINE_SHIFT_COLUMN
+  assert rules == 3 and shift == column + rules
+  assert features.EXPLORATION_SIZE == shift + 1
   noise = train_lib.exploration_noise(
-      [600, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 0.5,
+      [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 0.5,
       10.0).numpy()
-  pushes = noise[..., column:]
-  assert (pushes[0::2] == 0).all()
+  pushes = noise[..., column:shift]
+  assert (noise[0::2, :, column:] == 0).all()
   # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
-  # a positive gain: |N(0, 10)|, mean 10 * sqrt(2 / pi).
+  # a gain of at least half the scale: 10 (0.5 + |N(0, 1)|).
   for rule in range(rules):
     rows = pushes[2 * rule + 1::2 * rules]
-    assert (rows[..., rule] > 0).all()
+    assert (rows[..., rule] >= 5.0).all()
     assert (np.delete(rows, rule, axis=-1) == 0).all()
     assert rows[..., rule].mean() == pytest.approx(
-        10.0 * np.sqrt(2 / np.pi), rel=0.2)
+        10.0 * (0.5 + np.sqrt(2 / np.pi)), rel=0.15)
+  # Every other round of the rules (rows 7, 9, 11 of each 12) also shifts
+  # the device centres, by uniform(-0.5, 0.5) slots.
+  row = np.arange(1200)
+  shifted = (row % 2 == 1) & ((row // 2) // rules % 2 == 1)
+  assert (noise[~shifted, :, shift] == 0).all()
+  values = noise[shifted, :, shift]
+  assert (np.abs(values) <= 0.5).all() and (values != 0).all()
+  assert values.std() == pytest.approx(1 / np.sqrt(12), rel=0.1)
   assert np.std(noise[..., :column]) == pytest.approx(0.5, rel=0.05)
   off = train_lib.exploration_noise([4, 3, features.EXPLORATION_SIZE],
                                     tf.constant([1, 2]), 0.0, 0.0)

@@ -131,7 +131,8 @@ _KIND_COLUMNS = tuple(features.DEVICE_FEATURE_NAMES.index(name)
 _RELATIVE_INDEX = features.DEVICE_FEATURE_NAMES.index("relative_index")
 
 
-def stage_direction(stage_features, device_features, device_mask):
+def stage_direction(stage_features, device_features, device_mask,
+                    centre_shift=None):
   """float[B, N, D]: how much an op's stage points at each device, in [0, 1].
 
   `stage_features` [B, N, 2] is one rule's (stage, has one) pair of the
@@ -147,6 +148,12 @@ def stage_direction(stage_features, device_features, device_mask):
   with a single device (the CPU next to GPUs) and ops without a stage get
   0, so a strong pipeline never sends ops to a device just because the
   others were pushed away.
+
+  `centre_shift` float[B, D] (optional) moves each device's centre by that
+  many slots (|shift| <= 0.5 keeps the centres in order): the boundaries
+  between devices move, so the same stages split differently over them
+  (6 layers on 4 GPUs: (1, 2, 2, 1) layers per GPU unshifted, (2, 1, 2, 1)
+  or (2, 2, 1, 1) shifted).
   """
   stage_features = tf.cast(stage_features, tf.float32)
   device_features = tf.cast(device_features, tf.float32)
@@ -155,6 +162,8 @@ def stage_direction(stage_features, device_features, device_mask):
   count = tf.reduce_sum(
       tf.einsum("bdk,bek->bde", kinds, kinds) * real[:, None, :], axis=-1)
   centre = device_features[..., _RELATIVE_INDEX] + 0.5 / tf.maximum(count, 1.0)
+  if centre_shift is not None:
+    centre += tf.cast(centre_shift, tf.float32) / tf.maximum(count, 1.0)
   slots = count[:, None, :]
   position = (0.5 + stage_features[..., :1] * (slots - 1.0)) / tf.maximum(
       slots, 1.0)

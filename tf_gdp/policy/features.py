@@ -123,7 +123,11 @@ EXPLORATION_BUCKETS = 8
 # rule's stages (`devices.stage_direction`).
 PIPELINE_NOISE_COLUMN = EXPLORATION_UNITS + EXPLORATION_BUCKETS
 NUM_STAGE_RULES = len(scopes.STAGE_RULES)
-EXPLORATION_SIZE = PIPELINE_NOISE_COLUMN + NUM_STAGE_RULES
+# And one column of per-device shifts of the stage slots' centres, in slots
+# (`devices.stage_direction`): a push with shifts tries a neighbouring
+# contiguous split of the stages over the devices.
+PIPELINE_SHIFT_COLUMN = PIPELINE_NOISE_COLUMN + NUM_STAGE_RULES
+EXPLORATION_SIZE = PIPELINE_SHIFT_COLUMN + 1
 
 # Names and dtypes of the observation dict (`as_tensors`), with the padded
 # dimension each axis has: N nodes, E edges, G groups, D devices.

@@ -262,14 +262,18 @@ def _unit_noise(noise, observation, num_groups):
 
 
 def _pipeline_noise(noise, observation, num_groups):
-  """[B, G, D]: the sample's random gains times each stage rule's direction."""
+  """[B, G, D]: the sample's random gains times each stage rule's direction.
+
+  The directions use the sample's shifted device centres, if any.
+  """
   device_mask = tf.cast(observation["device_mask"], tf.bool)
+  shift = noise[:, :, features.PIPELINE_SHIFT_COLUMN]  # [B, D]
   push = 0.0
   for r in range(features.NUM_STAGE_RULES):
     gain = noise[:, 0, features.PIPELINE_NOISE_COLUMN + r]
     push += gain[:, None, None] * devices.stage_direction(
         observation["stage_features"][..., 2 * r:2 * r + 2],
-        observation["device_features"], device_mask)
+        observation["device_features"], device_mask, centre_shift=shift)
   node_mask = tf.cast(observation["node_mask"], tf.bool)
   return _group_mean(push, observation["group_ids"], node_mask, num_groups)
 

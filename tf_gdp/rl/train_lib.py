@@ -1034,29 +1034,41 @@ def exploration_noise(shape, seed, scale: float,
   """Random noise of `shape` [S, D, EXPLORATION_SIZE] for S samples.
 
   Unit and bucket columns: normal, standard deviation `scale`. The pipeline
-  columns (one per stage rule): the absolute value of a normal of standard
-  deviation `pipeline` (a negative gain would push every op away from its
-  stage's device: no pipeline at all), in odd rows only, so that every
+  columns (one per stage rule): `pipeline` times 0.5 + |N(0, 1)| (a
+  negative gain would push every op away from its stage's device, no
+  pipeline at all, and a gain under about half the default 48 rarely
+  outweighs the policy's own logits), in odd rows only, so that every
   other sample (with an even number of samples per graph, half of each
   graph's) is drawn as without it: pipeline pushes make most samples of a
   graph that should stay whole a little worse. The pushed rows take the
   stage rules in turn (row 1 the first rule's column, row 3 the second's,
-  ...): each push follows one rule.
+  ...): each push follows one rule. Every other round of the rules (pushed
+  rows 2R+1 to 4R-1 of each 4R, R rules) also shifts the device centres by
+  uniform(-0.5, 0.5) slots (`features.PIPELINE_SHIFT_COLUMN`), trying a
+  neighbouring split of the stages over the devices.
   """
   from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
   first = features.PIPELINE_NOISE_COLUMN
+  rules = features.NUM_STAGE_RULES
+  shift_seed = tf.random.experimental.stateless_fold_in(seed, 1)
   column = tf.range(features.EXPLORATION_SIZE)
-  is_pipeline = column >= first
+  is_gain = (column >= first) & (column < features.PIPELINE_SHIFT_COLUMN)
+  is_shift = column == features.PIPELINE_SHIFT_COLUMN
   row = tf.range(shape[0])
-  # The column each row pushes along; -1 (no column) for even rows.
-  pushed = tf.where(row % 2 == 1,
-                    first + (row // 2) % features.NUM_STAGE_RULES, -1)
-  keep = tf.logical_or(~is_pipeline[None, :],
-                       column[None, :] == pushed[:, None])  # [S, SIZE]
-  scales = tf.where(is_pipeline, tf.cast(pipeline, tf.float32),
-                    tf.cast(scale, tf.float32))
+  odd = row % 2 == 1
+  # The gain column each row pushes along; -1 (none) for even rows.
+  pushed = tf.where(odd, first + (row // 2) % rules, -1)
+  shifted = odd & ((row // 2) // rules % 2 == 1)
+  keep = ((~is_gain & ~is_shift)[None, :] |
+          (column[None, :] == pushed[:, None]) |
+          (is_shift[None, :] & shifted[:, None]))  # [S, SIZE]
+  scales = tf.where(is_gain, tf.cast(pipeline, tf.float32),
+                    tf.where(is_shift, tf.cast(pipeline > 0, tf.float32),
+                             tf.cast(scale, tf.float32)))
   noise = tf.random.stateless_normal(shape, seed=seed)
-  noise = tf.where(is_pipeline, tf.abs(noise), noise)
+  uniform = tf.random.stateless_uniform(shape, seed=shift_seed) - 0.5
+  noise = tf.where(is_gain, 0.5 + tf.abs(noise),
+                   tf.where(is_shift, uniform, noise))
   return noise * scales * tf.cast(keep, tf.float32)[:, None, :]
 
 
