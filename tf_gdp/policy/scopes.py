@@ -254,13 +254,19 @@ def _most_common_stem(items, numbers_of):
   return max(sorted(ops_of_stem), key=ops_of_stem.get)
 
 
-def _main_stem_stages(names):
-  """(stage, known) of the ops whose outermost numbered stem is the main one."""
-  n = len(names)
-  stage, known = np.zeros(n), np.zeros(n, bool)
-  found = [_numbered_components(name)[:1] for name in names]
+def _numbered_levels(names, levels: int):
+  """Each op's first `levels` numbered components, their templates' numbers
+  and indices, and the main (outermost, most common) stem."""
+  found = [_numbered_components(name)[:levels] for name in names]
   numbers_of, index_of = _counted(found)
   main = _most_common_stem([f[0] for f in found if f], numbers_of)
+  return found, numbers_of, index_of, main
+
+
+def _main_stem_stages(names):
+  """(stage, known) of the ops whose outermost numbered stem is the main one."""
+  stage, known = np.zeros(len(names)), np.zeros(len(names), bool)
+  found, numbers_of, index_of, main = _numbered_levels(names, 1)
   for i, components in enumerate(found):
     if not components:
       continue
@@ -273,11 +279,8 @@ def _main_stem_stages(names):
 
 def _inner_major_stages(names):
   """(stage, known) of ops numbered on the main stem and the stem inside it."""
-  n = len(names)
-  stage, known = np.zeros(n), np.zeros(n, bool)
-  found = [_numbered_components(name)[:2] for name in names]
-  numbers_of, index_of = _counted(found)
-  main = _most_common_stem([f[0] for f in found if f], numbers_of)
+  stage, known = np.zeros(len(names)), np.zeros(len(names), bool)
+  found, numbers_of, index_of, main = _numbered_levels(names, 2)
   nested = [f for f in found if len(f) == 2 and len(numbers_of[f[0][0]]) > 1
             and _normal_stem(f[0][1]) == main]
   inner = _most_common_stem([f[1] for f in nested], numbers_of)
