@@ -210,7 +210,7 @@ def test_exploring_trainer_stores_the_logits_its_samples_came_from():
   trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
                               log=lambda line: None)
   stacked = {k: v[None] for k, v in env.observation(0).items()}
-  logits, actions, greedy, values, _, noise = trainer._sample_fn(
+  logits, actions, greedy, values, _, noise, _ = trainer._sample_fn(
       stacked, tf.constant([3, 4], tf.int32), 4)
   assert logits.shape[0] == 4 and noise.shape[0] == 4
   assert float(tf.reduce_max(tf.abs(noise))) > 0
