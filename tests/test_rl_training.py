@@ -483,3 +483,63 @@ def test_pipeline_pushes_stop_when_they_do_not_pay_off():
   assert {r["pipeline_won"] for r in raw} <= {0.0, 1.0}
   with pytest.raises(errors.InputError, match="pipeline_patience"):
     train_lib.TrainConfig(pipeline_patience=-1)
+
+
+def test_self_imitation_trains_on_the_best_placement_so_far():
+  """The extra row is the best placement, drawn as the noise-free policy
+  would (ratio 1), with advantage max(0, its reward - the unpushed mean)."""
+  env = environment.PlacementEnv([environment.PlacementTask(two_chains(),
+                                                            gpus())])
+  config = dataclasses.replace(learn_config(), samples_per_graph=4)
+  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+                              log=lambda line: None)
+  assert trainer._imitates
+  trainer.run_iteration()
+  best = env.best(0)
+  stacked = {k: v[None] for k, v in env.observation(0).items()}
+  _, _, greedy, values, _, noise, base = trainer._sample_fn(
+      stacked, tf.constant([5, 6], tf.int32), 4)
+  best_reward = float(np.log(env.reference(0).step_time_us /
+                             best.step_time_us))
+  pushed = np.array([[False, True, False, True]])
+  # Unpushed rows average best - 1; pushed ones are better, and ignored.
+  rewards = np.array([[best_reward - 1.5, best_reward + 2.0,
+                       best_reward - 0.5, best_reward + 2.0]], np.float32)
+  rows = trainer._imitation_experience(
+      stacked, np.array([0]), base.numpy(), greedy.numpy(), values.numpy(),
+      rewards, pushed, noise.numpy())
+  action = rows.action.numpy()[0, 0]
+  np.testing.assert_array_equal(action[:len(best.group_devices)],
+                                best.group_devices)
+  advantage = float(rows.policy_info["advantage"].numpy()[0, 0])
+  assert advantage == pytest.approx(1.0 / rewards.std(), rel=1e-4)
+  assert float(rows.policy_info["return"].numpy()[0, 0]) == pytest.approx(
+      best_reward, rel=1e-4)
+  np.testing.assert_array_equal(rows.observation["exploration_noise"].numpy(),
+                                0.0)
+  replay = trainer.actor_net.logits(rows.observation).numpy()
+  np.testing.assert_allclose(
+      replay, rows.policy_info["dist_params"]["logits"].numpy(),
+      rtol=1e-5, atol=1e-4)
+  # A best no better than the policy's own samples is not pushed for.
+  rows = trainer._imitation_experience(
+      stacked, np.array([0]), base.numpy(), greedy.numpy(), values.numpy(),
+      rewards + 3.0, pushed, noise.numpy())
+  assert float(rows.policy_info["advantage"].numpy()[0, 0]) == 0.0
+
+
+def test_self_imitation_is_for_single_graph_runs_only():
+  tasks = [environment.PlacementTask(two_chains(), gpus(), name=name)
+           for name in ("a", "b")]
+  config = learn_config()
+  trainer = train_lib.Trainer(environment.PlacementEnv(tasks),
+                              tiny_policy("feedforward"), config=config,
+                              log=lambda line: None)
+  assert not trainer._imitates
+  off = train_lib.Trainer(
+      environment.PlacementEnv(tasks[:1]), tiny_policy("feedforward"),
+      config=dataclasses.replace(config, self_imitation=0.0),
+      log=lambda line: None)
+  assert not off._imitates
+  with pytest.raises(errors.InputError, match="self_imitation"):
+    train_lib.TrainConfig(self_imitation=-1.0)
