@@ -22,6 +22,7 @@ import os
 import statistics
 import tempfile
 import time
+from typing import Optional
 
 from absl import app
 from absl import flags
@@ -42,7 +43,8 @@ def check_graph(name: str, cluster, topology, *, policy: str,
                 finetune_seconds: float, sweeps: int, repeats: int,
                 samples: int, seed: int, backend: str = "measure",
                 exploration: float = 0.0, entropy: float = 0.01,
-                sim_warmup_seconds: float = 0.0, refloor_after: int = 0,
+                sim_warmup_seconds: float = 0.0,
+                refloor_after: Optional[int] = None,
                 log=print) -> dict:
   """Baselines and GDP fine-tuned on real rewards; final measured sweeps.
 
@@ -57,6 +59,8 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import ppo  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  if refloor_after is None:
+    refloor_after = train_lib.REFLOOR_AFTER
   extracted = extract.from_function(agreement_check.BUILDERS[name]())
   graph = sources.cost(extracted, name=name, devices=_DEVICES)
   candidates = {}
@@ -175,6 +179,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
   _GRAPHS = flags.DEFINE_list("graphs", ["matmul_chains", "lstm"],
                               f"Of {', '.join(agreement_check.BUILDERS)}.")
   _POLICY = flags.DEFINE_string("policy", None, "Pre-trained policy "
@@ -201,7 +206,8 @@ if __name__ == "__main__":
       "before the measured stage (0: measured rewards only).",
       lower_bound=0.0)
   _REFLOOR = flags.DEFINE_integer(
-      "refloor_after", 0, "Make the policy explore again after this many "
+      "refloor_after", train_lib.REFLOOR_AFTER,
+      "Make the policy explore again after this many "
       "iterations of one placement only (0: never).", lower_bound=0)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   app.run(main)

@@ -33,7 +33,8 @@ def train_config(*, samples: int, graphs_per_iteration: int,
                  checkpoint_every_seconds: float,
                  exploration_scale: float = train_lib.EXPLORATION_SCALE,
                  pipeline_exploration: float = train_lib.PIPELINE_EXPLORATION,
-                 refloor_after: int = 0) -> train_lib.TrainConfig:
+                 refloor_after: int = train_lib.REFLOOR_AFTER
+                 ) -> train_lib.TrainConfig:
   return train_lib.TrainConfig(
       samples_per_graph=samples, graphs_per_iteration=graphs_per_iteration,
       seed=seed, log_every_seconds=log_every_seconds,
@@ -144,9 +145,9 @@ def define_training_flags(module_name: str) -> TrainingFlags:
           "graph's stack of numbered blocks (layer_0, layer_1, ...) to its "
           "own device (0: none).", lower_bound=0.0, **own),
       refloor_after=flags.DEFINE_integer(
-          "refloor_after", 0, "After this many iterations in a row whose "
-          "samples were all one placement, make the policy explore again "
-          "(one graph only; 0: never). Useful with --backend=measure.",
+          "refloor_after", train_lib.REFLOOR_AFTER, "After this many "
+          "iterations in a row whose samples were all one placement, make "
+          "the policy explore again (one graph only; 0: never).",
           lower_bound=0, **own),
       ratio=flags.DEFINE_enum(
           "ratio", "per_group", list(ppo.RATIOS),

@@ -19,6 +19,8 @@ One iteration of `Trainer`:
      graph weighs the same in a batch of very different graphs; floored at
      `advantage_scale_floor`); with
      `baseline="value"` the critic's prediction replaces the sample mean;
+     a single-graph run adds one row: its best placement so far
+     (self-imitation, `TrainConfig.self_imitation`);
   5. PPO (`ppo.PlacementPPOAgent.train`, `num_epochs` times) on the rows,
      as [rows, 1] trajectories.
 
@@ -126,6 +128,12 @@ PIPELINE_PATIENCE = 10
 # Weight of the self-imitation row's advantage in single-graph runs
 # (`TrainConfig.self_imitation`); 0: off.
 SELF_IMITATION = 1.0
+# Single-graph runs re-floor the policy's entropy after this many iterations
+# in a row of one sampled placement (`TrainConfig.refloor_after`).
+# Self-imitation concentrates a policy on a small graph's best placement
+# within seconds (the inception block of `bench.real_check`: entropy 0.000
+# per group after 30 s); after that it would re-price one placement.
+REFLOOR_AFTER = 20
 
 
 @dataclasses.dataclass
@@ -174,7 +182,7 @@ class TrainConfig:
   exploration_scale: float = EXPLORATION_SCALE
   pipeline_exploration: float = PIPELINE_EXPLORATION
   pipeline_patience: int = PIPELINE_PATIENCE
-  refloor_after: int = 0
+  refloor_after: int = REFLOOR_AFTER
   self_imitation: float = SELF_IMITATION
   evaluate_greedy: bool = True
   baseline: str = "sample_mean"
