@@ -5,6 +5,11 @@ TF-GNN only works with Keras 2 (`tf_keras`). TensorFlow decides which Keras
 `TF_USE_LEGACY_KERAS` variable at that moment; so the variable must be set
 before anything touches `tf.keras`, and if something already bound it to
 Keras 3 we cannot undo that and must say so clearly.
+
+TensorFlow turns its oneDNN CPU kernels on by default only on some
+processors; without them the CPU has no gradient for dilated convolutions
+(a WaveNet training step fails to run), so they are on unless the user
+chose otherwise.
 """
 
 import os
@@ -17,6 +22,7 @@ def prepare_tensorflow_environment():
   """Sets TF_USE_LEGACY_KERAS=1; raises ImportError if tf.keras is Keras 3."""
   os.environ["TF_USE_LEGACY_KERAS"] = "1"
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", _QUIET_DEFAULT)
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
   tf = sys.modules.get("tensorflow")
   if tf is None:
     return

@@ -31,3 +31,18 @@ def test_tensorflow_imported_but_keras_untouched_is_fine():
   result = _run("import tensorflow as tf; import tf_gdp; print(tf.keras.__name__)")
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip().startswith("tf_keras")
+
+
+def test_dilated_convolution_gradient_runs_on_cpu():
+  # Needs TF's oneDNN CPU kernels, which TF enables only on some processors.
+  code = ("import tf_gdp, tensorflow as tf\n"
+          "x = tf.Variable(tf.ones([1, 9, 3]))\n"
+          "with tf.GradientTape() as tape:\n"
+          "  y = tf.nn.conv1d(x, tf.ones([2, 3, 3]), 1, 'VALID', dilations=2)\n"
+          "  loss = tf.reduce_sum(y)\n"
+          "print(tape.gradient(loss, x).shape)")
+  env = {k: v for k, v in _ENV.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+  result = subprocess.run([sys.executable, "-c", code], env=env, text=True,
+                          capture_output=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == "(1, 9, 3)"
