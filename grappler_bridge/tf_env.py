@@ -10,10 +10,15 @@ TensorFlow turns its oneDNN CPU kernels on by default only on some
 processors; without them the CPU has no gradient for dilated convolutions
 (a WaveNet training step fails to run), so they are on unless the user
 chose otherwise.
+
+AutoGraph compiles tf-agents' `state is not ()` checks into generated files,
+and Python warns about each ("SyntaxWarning: "is not" with a literal") in
+code the user never wrote; that warning is silenced for generated code only.
 """
 
 import os
 import sys
+import warnings
 
 _QUIET_DEFAULT = "2"  # hide TF's INFO and WARNING chatter unless the user asked for it
 
@@ -23,6 +28,9 @@ def prepare_tensorflow_environment():
   os.environ["TF_USE_LEGACY_KERAS"] = "1"
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", _QUIET_DEFAULT)
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+  warnings.filterwarnings("ignore", message='"is not" with a literal',
+                          category=SyntaxWarning,
+                          module=r".*__autograph_generated_file")
   tf = sys.modules.get("tensorflow")
   if tf is None:
     return

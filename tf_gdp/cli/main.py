@@ -5,10 +5,12 @@ Each command is a module of this package with its own absl flags and a
 never see each other's flags and `--help` shows just the command's own.
 """
 
+import contextlib
 import importlib
 import sys
 
 from tf_gdp.cli import runner
+from tf_gdp.cli import startup_noise
 
 COMMANDS = {
     "export-graph": ("tf_gdp.cli.export_graph",
@@ -48,8 +50,11 @@ def run(argv=None) -> None:
     sys.stderr.write(f"error: unknown command {command!r} (commands: "
                      f"{', '.join(COMMANDS)}; see tf-gdp --help)\n")
     sys.exit(2)
-  module = importlib.import_module(COMMANDS[command][0])
-  if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[2:]):
-    print(runner.command_help(module, f"tf-gdp {command}"))
-    sys.exit(0)
-  runner.run_command(module.main, [f"tf-gdp {command}"] + argv[2:])
+  quiet = (contextlib.nullcontext() if startup_noise.verbose(argv[2:])
+           else startup_noise.StartupNoiseFilter())
+  with quiet:
+    module = importlib.import_module(COMMANDS[command][0])
+    if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[2:]):
+      print(runner.command_help(module, f"tf-gdp {command}"))
+      sys.exit(0)
+    runner.run_command(module.main, [f"tf-gdp {command}"] + argv[2:])
