@@ -125,6 +125,9 @@ _DELETE = object()
     (("nodes",), [], "graph has no nodes"),
     (("nodes", 2, "op"), _DELETE, "op must be a non-empty string"),
     (("fetches",), ["zz"], "fetch 'zz' is not a node"),
+    (("nodes", 0, "memory_bytes"), None, "memory_bytes must be an integer"),
+    (("edges", 0, "bytes"), None, "bytes must be an integer"),
+    (("name",), None, "name must be a string"),
 ])
 def test_bad_documents_raise_one_line(path, value, message):
   with pytest.raises(errors.GraphFormatError, match=message) as info:
@@ -155,3 +158,25 @@ def test_cycle_error_names_a_node_on_the_cycle():
   document["edges"].append({"src": 2, "dst": 1, "bytes": 0, "output": -1})
   with pytest.raises(errors.GraphFormatError, match="through 'b'|through 'c'"):
     gdp_graph.from_document(document)
+
+
+_OPTIONAL = {"top": ("fetches", "back_edges", "metadata"),
+             "node": ("temp_bytes", "colocation_group", "device_kinds", "device",
+                      "output_shapes"),
+             "edge": ("output",)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(canonical_documents(), st.data())
+def test_null_optional_fields_read_as_absent(document, data):
+  with_nulls = copy.deepcopy(document)
+  for key in _OPTIONAL["top"]:
+    if key not in with_nulls and data.draw(st.booleans()):
+      with_nulls[key] = None
+  for kind, items in (("node", with_nulls["nodes"]), ("edge", with_nulls["edges"])):
+    for item in items:
+      for key in _OPTIONAL[kind]:
+        if key not in item and data.draw(st.booleans()):
+          item[key] = None
+  graph = gdp_graph.from_document(with_nulls)
+  assert gdp_graph.to_document(graph) == document

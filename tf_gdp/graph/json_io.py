@@ -34,6 +34,12 @@ _NODE_FIELDS = frozenset({"name", "op", "cost", "output_bytes", "memory_bytes",
 _EDGE_FIELDS = frozenset({"src", "dst", "bytes", "output"})
 _TOP_FIELDS = frozenset({"format", "version", "name", "nodes", "edges",
                          "fetches", "back_edges", "metadata"})
+# Optional fields, where `null` means the same as leaving the field out (JSON
+# writers in other languages often emit null for an unset field).
+_OPTIONAL_TOP_FIELDS = frozenset({"fetches", "back_edges", "metadata"})
+_OPTIONAL_NODE_FIELDS = frozenset({"temp_bytes", "colocation_group",
+                                   "device_kinds", "device", "output_shapes"})
+_OPTIONAL_EDGE_FIELDS = frozenset({"output"})
 
 
 def load_json(path: str) -> op_graph.OpGraph:
@@ -70,6 +76,7 @@ def save_json(graph: op_graph.OpGraph, path: str) -> None:
 def from_document(document: Any) -> op_graph.OpGraph:
   """Validates an op-graph document (dict) and builds the OpGraph."""
   _expect(isinstance(document, dict), "document must be a JSON object")
+  document = _without_nulls(document, _OPTIONAL_TOP_FIELDS)
   _expect(document.get("format") == FORMAT,
           f"format must be {FORMAT!r}, got {document.get('format')!r}")
   version = document.get("version")
@@ -95,6 +102,7 @@ def from_document(document: Any) -> op_graph.OpGraph:
   for i, node in enumerate(nodes):
     where = f"node {i}"
     _expect(isinstance(node, dict), f"{where} must be an object")
+    node = _without_nulls(node, _OPTIONAL_NODE_FIELDS)
     unknown = set(node) - _NODE_FIELDS
     _expect(not unknown, f"{where}: unknown field(s) {sorted(unknown)}")
     columns["names"].append(_string(node, "name", where))
@@ -126,6 +134,7 @@ def from_document(document: Any) -> op_graph.OpGraph:
   for j, edge in enumerate(edges):
     where = f"edge {j}"
     _expect(isinstance(edge, dict), f"{where} must be an object")
+    edge = _without_nulls(edge, _OPTIONAL_EDGE_FIELDS)
     unknown = set(edge) - _EDGE_FIELDS
     _expect(not unknown, f"{where}: unknown field(s) {sorted(unknown)}")
     src.append(_index(edge.get("src"), len(nodes), f"{where}: src"))
@@ -209,6 +218,13 @@ def to_document(graph: op_graph.OpGraph) -> dict:
 def _expect(condition: bool, message: str) -> None:
   if not condition:
     raise errors.GraphFormatError(message)
+
+
+def _without_nulls(item: dict, optional: frozenset) -> dict:
+  """`item` without the optional fields that are null (null = absent)."""
+  if not any(item.get(key, 0) is None for key in optional):
+    return item
+  return {k: v for k, v in item.items() if not (v is None and k in optional)}
 
 
 def _is_int(value) -> bool:
