@@ -234,23 +234,6 @@ def test_load_placement_rejects_other_files(tmp_path):
     gdp.load_placement(tmp_path / "missing.json")
 
 
-def test_local_devices_resolve_to_this_process():
-  topo = api.resolve_devices("local")
-  count = len(tf.config.list_logical_devices("CPU"))
-  if tf.config.list_logical_devices("GPU"):
-    assert "GPU" in topo.kinds
-  else:
-    assert topo.name == f"local-cpus:{count}"
-    assert topo.device_names == [_CPU.format(i) for i in range(count)]
-
-
-def test_local_gpus_are_priced_by_their_model():
-  topo = api._local_gpu_topology(2, "Tesla V100-SXM2-32GB")  # pylint: disable=protected-access
-  assert topo.kinds == ["GPU", "GPU", "CPU"] and topo.hardware["GPU"] == "v100"
-  with pytest.raises(errors.InputError, match="no hardware spec"):
-    api._local_gpu_topology(1, "Some New GPU")  # pylint: disable=protected-access
-
-
 def test_local_cpus_preset():
   topo = topology.get("local-cpus:3")
   assert topo.device_names == [_CPU.format(i) for i in range(3)]

@@ -32,20 +32,16 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from tf_gdp import errors
 from tf_gdp import placing
+from tf_gdp import target_devices
 from tf_gdp.cost import presets
 from tf_gdp.cost import topology as topology_lib
 
-# `devices=LOCAL`: this process's GPUs if it has any, else its CPU devices.
-LOCAL = "local"
+LOCAL = target_devices.LOCAL
 # `method` a report shows for a placement re-applied from a file.
 LOADED = "loaded"
 SIMULATE, MEASURE = "simulate", "measure"
 BACKENDS = (SIMULATE, MEASURE)
-# GPU hardware specs recognized in a local GPU's name (grappler_bridge.hardware).
-_GPU_SPECS = ("h100", "v100", "p100")
-_LOCAL_JOB = "localhost"
-
-Devices = Union[str, os.PathLike, topology_lib.Topology]
+Devices = target_devices.Devices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +105,11 @@ class _Options:
       raise errors.InputError(
           "placement must come from gdp.load_placement (or be its path), got "
           f"{type(self.placement).__name__}")
-    if not isinstance(self.devices, (str, os.PathLike, topology_lib.Topology)):
+    if not isinstance(self.devices, (str, os.PathLike, topology_lib.Topology,
+                                     list, tuple)):
       raise errors.InputError(
-          "devices must be a preset name, a topology JSON path or a Topology, "
-          f"got {type(self.devices).__name__}")
+          "devices must be a preset name, a topology JSON path, a Topology or "
+          f"a list of TF device strings, got {type(self.devices).__name__}")
 
 
 def place(fn: Optional[Callable] = None, *example_args,
@@ -130,8 +127,11 @@ def place(fn: Optional[Callable] = None, *example_args,
     *example_args: arguments to trace `fn` with; placement happens now.
       Without them (and `example_kwargs`), it happens on the first call.
     devices: a preset name (`p100x4`, `local-cpus:2`, ...), a topology JSON
-      path, a `Topology`, or "local" (this process's GPUs if any, else its
-      logical CPU devices as `local-cpus:K`).
+      path, a `Topology`, "local" (this process's GPUs if any, else its
+      logical CPU devices as `local-cpus:K`), or a list of TF device strings
+      and `tf.config.LogicalDevice`s (`["/device:CPU:0", "/device:CPU:1"]`:
+      priced from the attached hardware, else from the matching preset;
+      `tf_gdp.target_devices`).
     method: "gdp" (the shipped policy) or a baseline (`placing.method_names`).
     budget: gdp: seconds of fine-tuning on this graph after zero-shot.
     backend: "simulate" (predicted step times) or "measure" (also time the
@@ -212,10 +212,10 @@ class PlacedFunction:
   def _place(self, args, kwargs) -> _Placed:
     from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
     options = self._options
-    topo = resolve_devices(options.devices)
+    topo = target_devices.resolve(options.devices)
     concrete = self._fn.get_concrete_function(*args, **kwargs)
     extracted = extract.from_concrete_function(concrete)
-    runs_here = _runs_here(topo)
+    runs_here = target_devices.runs_here(topo)
     graph = _op_graph(extracted, topo, name=self.__name__,
                       pin_captures=runs_here)
     if options.placement is not None:
@@ -322,66 +322,6 @@ class PlacedFunction:
     return f"<PlacedFunction {self.__name__} {where}>"
 
 
-# ---- devices -------------------------------------------------------------------
-
-
-def resolve_devices(devices: Devices) -> topology_lib.Topology:
-  """The topology `devices` names; "local" is this process's devices."""
-  if isinstance(devices, topology_lib.Topology):
-    return devices
-  devices = os.fspath(devices)
-  if devices == LOCAL:
-    return _local_topology()
-  return topology_lib.get(devices)
-
-
-def _local_topology() -> topology_lib.Topology:
-  """Attached GPUs if any (plus the host CPU), else `local-cpus:K`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  gpus = tf.config.list_logical_devices("GPU")
-  if gpus:
-    return _local_gpu_topology(len(gpus), _local_gpu_name())
-  count = len(tf.config.list_logical_devices("CPU"))
-  return topology_lib.get(f"{topology_lib.LOCAL_CPUS}:{count}")
-
-
-def _local_gpu_name() -> str:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  physical = tf.config.list_physical_devices("GPU")
-  details = tf.config.experimental.get_device_details(physical[0])
-  return str(details.get("device_name", "an unknown GPU"))
-
-
-def _local_gpu_topology(count: int, gpu_name: str) -> topology_lib.Topology:
-  """`count` GPUs named `gpu_name`, priced by the spec its name mentions."""
-  from grappler_bridge import hardware  # pylint: disable=g-import-not-at-top
-  spec = next((s for s in _GPU_SPECS if s in gpu_name.lower()), None)
-  if spec is None:
-    raise errors.InputError(
-        f"no hardware spec for the local GPU {gpu_name!r} (known: "
-        f"{', '.join(_GPU_SPECS)}); pass devices= a preset or a topology file")
-  return topology_lib.local_gpus(count, spec,
-                                 hardware.get_spec(spec).memory_bytes)
-
-
-def _runs_here(topo: topology_lib.Topology) -> bool:
-  """Whether every device of the topology is a device of this process.
-
-  Only then does calling the placed function run it (on the caller's own
-  variables); other topologies are placed for a plan, a file or `measure`.
-  """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  local = {_full_name(d.name) for d in tf.config.list_logical_devices()}
-  return all(_full_name(name) in local for name in topo.device_names)
-
-
-def _full_name(device: str) -> str:
-  """`device` with this process's job, replica and task filled in."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  here = tf.DeviceSpec(job=_LOCAL_JOB, replica=0, task=0)
-  return here.make_merged_spec(tf.DeviceSpec.from_string(device)).to_string()
-
-
 # ---- tracing, costing, judging --------------------------------------------------
 
 
@@ -461,7 +401,8 @@ def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
   if runs_here:
     target = measure.LOCAL
   elif state.topology.name.startswith(topology_lib.CPU_WORKERS + ":"):
-    target = state.topology.name
+    # A subset of the workers (`cpu-workers:2[task:1/...]`) runs on the cluster.
+    target = state.topology.name.partition("[")[0]
   else:
     raise errors.InputError(
         f"backend='measure' cannot reach the devices of {state.topology.name!r}"
