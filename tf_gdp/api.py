@@ -457,9 +457,10 @@ def _check_constraints(extracted, device_map: Mapping[str, str],
 
 def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
   """Times the chosen placement with the TF runtime on its devices."""
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import targets  # pylint: disable=g-import-not-at-top
   if runs_here:
-    target = measure.LOCAL
+    target = targets.LOCAL
   elif state.topology.name.startswith(topology_lib.CPU_WORKERS + ":"):
     target = state.topology.name
   else:
