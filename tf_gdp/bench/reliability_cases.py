@@ -101,21 +101,10 @@ def small_graph_def_bytes() -> bytes:
   return graph.as_graph_def().SerializeToString()
 
 
-def _graph_def(nodes) -> bytes:
+def _graph_def(nodes, producer=None) -> bytes:
   """A GraphDef of (name, op, inputs) nodes, each with attr T=float."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  graph_def = tf.compat.v1.GraphDef()
-  for name, op, inputs in nodes:
-    node = graph_def.node.add(name=name, op=op, input=inputs)
-    node.attr["T"].type = tf.float32.as_datatype_enum
-  return graph_def.SerializeToString()
-
-
-def _zero_node_graph_def() -> bytes:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  graph_def = tf.compat.v1.GraphDef()
-  graph_def.versions.producer = 1
-  return graph_def.SerializeToString()
+  from grappler_bridge import graph_io  # pylint: disable=g-import-not-at-top
+  return graph_io.graph_def_bytes(nodes, producer=producer)
 
 
 def _deep_pbtxt(levels: int) -> str:
@@ -443,7 +432,7 @@ def _cases() -> List[Case]:
                        _deep_pbtxt(3000), slow=True),
       _graph_file_case("pb_zero_nodes", "GraphDef with zero nodes",
                        r"the graph has no nodes", "graph.pb",
-                       _zero_node_graph_def, slow=True),
+                       lambda: _graph_def([], producer=1), slow=True),
       _graph_file_case("pb_unknown_op", "GraphDef with op type FooBarOp",
                        r"node 'a' has op type 'FooBarOp', which this "
                        r"TensorFlow .* does not know", "graph.pb",
