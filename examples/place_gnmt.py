@@ -103,7 +103,7 @@ def run_on_attached_gpus(loaded, topology, result) -> None:
     print(f"real run skipped: the placement uses {wanted} GPUs, {gpus} "
           "attached (predicted times only)")
     return
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   measured = measure.measure(loaded.extracted, result.placement, "local",
                              topology=topology)
   if measured.valid:

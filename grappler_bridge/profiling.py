@@ -6,7 +6,6 @@ Session with FULL_TRACE, and its result can replace the roofline of one
 device kind in the op-graph document (`costs.op_graph_document(profile=)`).
 """
 
-import dataclasses
 import statistics
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -16,12 +15,12 @@ tf_env.prepare_tensorflow_environment()
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
-from tensorflow.core.framework import types_pb2  # pylint: disable=g-import-not-at-top
 from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-at-top
 
 from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
 from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
 from grappler_bridge import graph_view  # pylint: disable=g-import-not-at-top
+from grappler_bridge import runnable as runnable_lib  # pylint: disable=g-import-not-at-top
 
 
 def profile_step(source,
@@ -40,7 +39,8 @@ def profile_step(source,
   GPU's host and stream), the largest. Grappler is off so that the graph runs
   as given. Result: median over `runs` steps after `warmup` steps.
 
-  Placeholders of function arguments get `example_args` if given, else ones
+  The graph is made self-contained by `runnable.runnable_graph`:
+  placeholders of function arguments get `example_args` if given, else ones
   (unknown dimensions -> 1); captured tensors get their captured values;
   captured variables become in-graph variables initialized from the captured
   values (the caller's variables are not modified).
@@ -65,60 +65,23 @@ def profile_step(source,
   if callable(source) and not isinstance(source, extract.ExtractedGraph):
     source = extract.from_function(source, *example_args)
   graph = graph_view.as_graph(source)
-  runnable = _runnable_graph(graph, example_args)
-  with tf.Graph().as_default() as tf_graph:
-    tf.graph_util.import_graph_def(runnable.graph_def, name="")
-    init_ops, init_feeds = _variable_initializers(tf_graph, runnable)
-    targets = [tf_graph.get_operation_by_name(f)
-               for f in graph.fetches or graph_view.sinks(graph.nodes)]
-    feeds = {tf_graph.get_tensor_by_name(f"{n}:0"): v
-             for n, v in runnable.feeds.items()}
-  with tf.compat.v1.Session(graph=tf_graph,
+  try:
+    runnable = runnable_lib.runnable_graph(
+        graph, _arg_values(graph.extracted, example_args),
+        name_prefix="tf_gdp_profile")
+  except errors.InputError as e:
+    raise errors.InputError(f"cannot profile: {e}") from e
+  step = runnable.imported(graph.fetches or graph_view.sinks(graph.nodes))
+  with tf.compat.v1.Session(graph=step.graph,
                             config=_profiling_config(session_config)) as sess:
-    if init_ops:
-      sess.run(init_ops, init_feeds)
+    if step.init_ops:
+      sess.run(step.init_ops, step.init_feeds)
     for _ in range(warmup):
-      sess.run(targets, feeds)
-    samples = [_traced_run(sess, targets, feeds) for _ in range(runs)]
+      sess.run(step.targets, step.feeds)
+    samples = [_traced_run(sess, step.targets, step.feeds)
+               for _ in range(runs)]
   names = {node.name for node in graph.nodes}
-  return _median_times(samples, names)
-
-
-@dataclasses.dataclass
-class _Runnable:
-  graph_def: Any
-  feeds: Dict[str, Any]
-  variables: Dict[str, Any]  # handle node name -> initial value (numpy)
-
-
-def _runnable_graph(graph: graph_view.Graph, example_args) -> _Runnable:
-  """A GraphDef a Session can run, with feeds and variable initial values."""
-  graph_def = tf.compat.v1.GraphDef()
-  graph_def.CopyFrom(graph.meta_graph.graph_def)
-  captured = _captured_values(graph.extracted)
-  arg_values = _arg_values(graph.extracted, example_args)
-  feeds, variables = {}, {}
-  for node in graph_def.node:
-    if node.op != "Placeholder":
-      continue
-    dtype = node.attr["dtype"].type
-    if dtype == types_pb2.DT_RESOURCE:
-      variables[node.name] = _captured_variable_value(node, graph, captured)
-      graph_view.materialize_var_handle(node, *graph.handle_shapes[node.name])
-      node.attr["shared_name"].s = f"tf_gdp_profile/{node.name}".encode()
-    elif node.name in captured:
-      feeds[node.name] = np.asarray(captured[node.name])
-    elif node.name in arg_values:
-      feeds[node.name] = arg_values[node.name]
-    else:
-      feeds[node.name] = _ones(dtype, node.attr["shape"].shape)
-  return _Runnable(graph_def, feeds, variables)
-
-
-def _captured_values(extracted) -> Dict[str, Any]:
-  if extracted is None:
-    return {}
-  return dict(zip(extracted.capture_names, extracted.captured_values))
+  return median_times(samples, names)
 
 
 def _arg_values(extracted, example_args) -> Dict[str, Any]:
@@ -131,45 +94,6 @@ def _arg_values(extracted, example_args) -> Dict[str, Any]:
     return {}
   return {name: np.asarray(value)
           for name, value in zip(extracted.arg_names, flat)}
-
-
-def _captured_variable_value(node, graph: graph_view.Graph, captured):
-  """The current value of the variable a resource placeholder stands for."""
-  if node.name not in captured or node.name not in graph.handle_shapes:
-    raise errors.InputError(
-        f"cannot profile: resource input {node.name!r} is not a known "
-        f"variable (profile an ExtractedGraph of a tf.function, or a graph "
-        f"whose variables are VarHandleOp nodes)")
-  dtype = graph.handle_shapes[node.name][0]
-  try:
-    value = tf.raw_ops.ReadVariableOp(resource=captured[node.name],
-                                      dtype=tf.dtypes.as_dtype(dtype))
-  except (tf.errors.OpError, ValueError, TypeError) as e:
-    raise errors.InputError(
-        f"cannot profile: cannot read captured variable {node.name!r}: "
-        f"{errors.first_line(e)}") from e
-  return value.numpy()
-
-
-def _ones(dtype: int, shape) -> np.ndarray:
-  dims = [] if shape.unknown_rank else [max(d.size, 1) for d in shape.dim]
-  tf_dtype = tf.dtypes.as_dtype(dtype)
-  if tf_dtype == tf.string:
-    return np.full(dims, b"", dtype=object)
-  return np.ones(dims, dtype=tf_dtype.as_numpy_dtype)
-
-
-def _variable_initializers(tf_graph, runnable: _Runnable):
-  """Assign ops (fed with the initial values) for in-graph variables."""
-  ops, feeds = [], {}
-  for name, value in runnable.variables.items():
-    handle = tf_graph.get_tensor_by_name(f"{name}:0")
-    value_input = tf.compat.v1.placeholder(
-        tf.dtypes.as_dtype(value.dtype), value.shape,
-        name=f"tf_gdp_init/{name}")
-    ops.append(tf.raw_ops.AssignVariableOp(resource=handle, value=value_input))
-    feeds[value_input] = value
-  return ops, feeds
 
 
 def _profiling_config(config) -> config_pb2.ConfigProto:
@@ -211,7 +135,8 @@ def node_micros(metadata) -> Dict[str, float]:
   return per_node
 
 
-def _median_times(samples: List[Dict[str, float]], names) -> Dict[str, float]:
+def median_times(samples: List[Dict[str, float]], names) -> Dict[str, float]:
+  """Per name, the median of its times over the samples that report it."""
   result = {}
   for name in names:
     values = [s[name] for s in samples if name in s]

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tf_gdp import errors
-from tf_gdp.cost import calibrate
 from tf_gdp.cost import topology
+from tf_gdp.runtime import calibrate
 
 _SIZES = np.array(calibrate.DEFAULT_SIZES, np.float64)
 

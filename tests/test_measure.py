@@ -15,8 +15,9 @@ import tensorflow as tf
 from grappler_bridge import extract
 from tf_gdp import errors
 from tf_gdp.bench import reliability_cases
-from tf_gdp.cost import measure
 from tf_gdp.cost import topology
+from tf_gdp.runtime import measure
+from tf_gdp.runtime import placed_session
 
 _CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 _CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
@@ -147,8 +148,8 @@ def test_profile_op_times_reports_the_ops_of_the_step():
 
 
 def test_rewrites_switch_changes_only_the_session_config():
-  off = measure.session_config(graph_rewrites=False)
-  on = measure.session_config(graph_rewrites=True)
+  off = placed_session.session_config(graph_rewrites=False)
+  on = placed_session.session_config(graph_rewrites=True)
   assert off.graph_options.rewrite_options.disable_meta_optimizer
   assert not on.graph_options.rewrite_options.disable_meta_optimizer
   assert not off.allow_soft_placement and off.isolate_session_state

@@ -10,7 +10,7 @@ from rl_graphs import GIB, gpus, two_chains  # tests/ helper
 from tf_gdp.rl import graph_sets
 from tf_gdp.rl import outputs
 from tf_gdp import errors
-from tf_gdp.cost import measure as measure_lib
+from tf_gdp.runtime import measure as measure_lib
 from tf_gdp.cost import simulator
 from tf_gdp.policy import features
 from tf_agents.environments import utils as env_utils

@@ -19,8 +19,9 @@ import tensorflow as tf
 
 from grappler_bridge import extract
 from tf_gdp import errors
-from tf_gdp.cost import measure
-from tf_gdp.cost import workers
+from tf_gdp.runtime import measure
+from tf_gdp.runtime import placed_session
+from tf_gdp.runtime import workers
 
 
 def _gone(pid: int, wait_s: float = 10.0) -> bool:
@@ -146,7 +147,7 @@ def test_dead_worker_is_detected_and_restarted_with_a_limit():
 def test_workers_die_with_a_killed_parent(tmp_path):
   script = textwrap.dedent("""
       import sys, time
-      from tf_gdp.cost import workers
+      from tf_gdp.runtime import workers
       cluster = workers.CpuWorkerCluster(2)
       cluster.start()
       print(" ".join(str(p) for p in cluster.pids), flush=True)
@@ -176,7 +177,7 @@ def test_worker_killed_mid_measurement_is_restarted_and_retried(monkeypatch):
   extracted = _tiny_step()
   with workers.CpuWorkerCluster(1) as cluster:
     victim = cluster.pids[0]
-    real_step = measure._Runner.step  # pylint: disable=protected-access
+    real_step = placed_session.Runner.step
     kills = []
 
     def step_that_loses_its_worker(runner):
@@ -185,7 +186,7 @@ def test_worker_killed_mid_measurement_is_restarted_and_retried(monkeypatch):
         os.kill(victim, signal.SIGKILL)
       return real_step(runner)
 
-    monkeypatch.setattr(measure._Runner, "step", step_that_loses_its_worker)  # pylint: disable=protected-access
+    monkeypatch.setattr(placed_session.Runner, "step", step_that_loses_its_worker)
     started = time.monotonic()
     result = measure.measure(extracted, {}, cluster, warmup=1, repeats=2,
                              timeout_s=60.0)
@@ -224,7 +225,7 @@ def test_ctrl_c_while_starting_stops_the_workers(tmp_path):
   script = textwrap.dedent("""
       import signal
       import time
-      from tf_gdp.cost import workers
+      from tf_gdp.runtime import workers
 
       # A shell's background jobs (CI runners, nohup) inherit SIGINT ignored;
       # Python then raises no KeyboardInterrupt. Restore it, as a terminal has.

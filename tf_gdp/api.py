@@ -397,9 +397,10 @@ def _check_constraints(extracted, device_map: Mapping[str, str],
 
 def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
   """Times the chosen placement with the TF runtime on its devices."""
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import targets  # pylint: disable=g-import-not-at-top
   if runs_here:
-    target = measure.LOCAL
+    target = targets.LOCAL
   elif state.topology.name.startswith(topology_lib.CPU_WORKERS + ":"):
     # A subset of the workers (`cpu-workers:2[task:1/...]`) runs on the cluster.
     target = state.topology.name.partition("[")[0]

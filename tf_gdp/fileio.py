@@ -1,8 +1,9 @@
 """Atomic file writes: a crash or a kill never leaves half a file behind."""
 
 import os
+import shutil
 import tempfile
-from typing import Union
+from typing import Callable, Union
 
 
 def write_atomically(path: str, data: Union[bytes, str]) -> None:
@@ -24,4 +25,23 @@ def write_atomically(path: str, data: Union[bytes, str]) -> None:
   except BaseException:
     if os.path.exists(tmp):
       os.unlink(tmp)
+    raise
+
+
+def write_directory_atomically(path: str, write: Callable[[str], None]) -> None:
+  """`write(staging)` fills a temp directory beside `path`, renamed over it.
+
+  A directory already at `path` is replaced; if `write` fails, nothing is
+  left behind.
+  """
+  parent = os.path.dirname(os.path.abspath(path))
+  os.makedirs(parent, exist_ok=True)
+  staging = tempfile.mkdtemp(dir=parent, prefix=".tmp-dir-")
+  try:
+    write(staging)
+    if os.path.exists(path):
+      shutil.rmtree(path)
+    os.replace(staging, path)
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
     raise

@@ -123,69 +123,23 @@ def write_outputs(folder, loaded, topology, result, *, pictures=True,
 
 def write_placed_meta_graph(extracted, device_map: dict, path: str) -> None:
   """The flat MetaGraphDef with every placed op's device field set."""
-  from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
-  meta = type(extracted.meta_graph)()
-  meta.CopyFrom(extracted.meta_graph)
-  names = {node.name for node in meta.graph_def.node}
-  placed = rewrite.apply_placement(
-      meta.graph_def, {op: d for op, d in device_map.items() if op in names})
-  meta.graph_def.CopyFrom(placed)
-  fileio.write_atomically(path, meta.SerializeToString())
+  from grappler_bridge import export  # pylint: disable=g-import-not-at-top
+  from grappler_bridge import graph_io  # pylint: disable=g-import-not-at-top
+  meta = export.placed_meta_graph(extracted, device_map)
+  fileio.write_atomically(path, graph_io.serialize_meta_graph(meta, path))
 
 
 def write_placed_saved_model(extracted, device_map: dict, path: str,
                              signature: str = "serving_default") -> None:
   """A SavedModel whose `signature` runs the placed flat graph.
 
-  The signature calls the flattened graph with every op's device field set
-  (the same graph `rewrite.placed_function` runs) on the loaded model's own
-  variables, which are saved with it; ops on a variable's handle keep no
-  device and follow the variable. Signature inputs are named args_0, ... Written to a temp directory beside
-  `path`, then renamed: never half a SavedModel.
+  See `grappler_bridge.export.save_placed_saved_model`. Written to a temp
+  directory beside `path`, then renamed: never half a SavedModel.
   """
-  import shutil  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
-  source = extracted.structured_outputs
-  if not (isinstance(source, tuple) and len(source) == 2):
-    raise errors.InputError("only a graph loaded from a SavedModel can be "
-                            "written back as one")
-  model, structure = source
-  # Ops on a variable's handle go wherever the variable is restored at load
-  # time (TF colocates them): leave their device fields empty.
-  from grappler_bridge import constraints  # pylint: disable=g-import-not-at-top
-  groups = {name: group for group in
-            constraints.colocation_groups(extracted.graph_def)
-            for name in group}
-  follow = set()
-  for name in extracted.capture_names:
-    follow.update(groups.get(name, [name]))
-  device_map = {op: d for op, d in device_map.items() if op not in follow}
-  placed = rewrite.placed_function(extracted, device_map, check_devices=False)
-  specs = [tf.TensorSpec(t.shape, t.dtype)
-           for t in placed.inputs[:len(extracted.arg_names)]]
-  module = tf.Module()
-  module.model = model  # tracks the variables the placed graph reads
-
-  @tf.function(input_signature=specs)
-  def serve(*args):
-    outputs = placed(*args)
-    return tf.nest.pack_sequence_as(structure, outputs)
-
-  module.serve = serve
-  parent = os.path.dirname(os.path.abspath(path))
-  os.makedirs(parent, exist_ok=True)
-  staging = tempfile.mkdtemp(dir=parent, prefix=".tmp-saved-model-")
-  try:
-    tf.saved_model.save(module, staging,
-                        signatures={signature: serve.get_concrete_function()})
-    if os.path.exists(path):
-      shutil.rmtree(path)
-    os.replace(staging, path)
-  except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
-    raise
+  from grappler_bridge import export  # pylint: disable=g-import-not-at-top
+  fileio.write_directory_atomically(
+      path, lambda staging: export.save_placed_saved_model(
+          extracted, device_map, staging, signature))
 
 
 def format_summary(outcomes: List[Outcome], devices: str, method: str) -> str:

@@ -46,8 +46,8 @@ import numpy as np
 from scipy import stats
 
 from tf_gdp import fileio
-from tf_gdp.cost import calibrate
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.runtime import calibrate
 
 _DEVICES = "cpu-workers:2"
 # Split points of the topological order, as fractions of the total cost.
@@ -309,11 +309,11 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
   """All placements of one graph: predictions and measurements."""
   from grappler_bridge import costs  # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.cost import presets  # pylint: disable=g-import-not-at-top
   from tf_gdp.cost import simulator  # pylint: disable=g-import-not-at-top
   from tf_gdp.graph import json_io  # pylint: disable=g-import-not-at-top
   from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
 
   extracted = extract.from_function(BUILDERS[name]())
   roofline_graph = sources.cost(extracted, name=name, devices=_DEVICES)
@@ -407,12 +407,13 @@ def _ms(us) -> str:
 def run(graph_names, *, repeats: int, warmup: int, rounds: int,
         aggregate: str, num_random: int, profiled: bool, compare_rewrites: bool,
         seed: int) -> dict:
-  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
   topo = topology_lib.get(_DEVICES)
   calibrated = os.path.isfile(topology_lib.calibrated_path(2))
   if not calibrated:
     print("warning: no calibrated cpu-workers:2 topology; run "
-          "python -m tf_gdp.cost.calibrate --workers=2 first", file=sys.stderr)
+          "python -m tf_gdp.runtime.calibrate --workers=2 first",
+          file=sys.stderr)
   start = time.time()
   load_before = os.getloadavg()
   graphs = []

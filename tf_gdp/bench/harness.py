@@ -213,8 +213,8 @@ def measurer_for(target: Optional[str], *, repeats: int = 5):
   if not target:
     yield None
     return
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
   name, _, count = target.partition(":")
   if name == topology_lib.CPU_WORKERS:
     if not count.isdigit() or int(count) < 1:

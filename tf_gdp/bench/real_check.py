@@ -54,7 +54,7 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   """
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import ppo  # pylint: disable=g-import-not-at-top
@@ -157,7 +157,7 @@ def format_table(results) -> str:
 
 def main(argv):
   del argv
-  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import cli_lib  # pylint: disable=g-import-not-at-top
   cli_lib.quiet_tensorflow_logs()
   topology = topology_lib.get(_DEVICES)

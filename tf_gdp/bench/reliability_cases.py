@@ -101,21 +101,10 @@ def small_graph_def_bytes() -> bytes:
   return graph.as_graph_def().SerializeToString()
 
 
-def _graph_def(nodes) -> bytes:
+def _graph_def(nodes, producer=None) -> bytes:
   """A GraphDef of (name, op, inputs) nodes, each with attr T=float."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  graph_def = tf.compat.v1.GraphDef()
-  for name, op, inputs in nodes:
-    node = graph_def.node.add(name=name, op=op, input=inputs)
-    node.attr["T"].type = tf.float32.as_datatype_enum
-  return graph_def.SerializeToString()
-
-
-def _zero_node_graph_def() -> bytes:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  graph_def = tf.compat.v1.GraphDef()
-  graph_def.versions.producer = 1
-  return graph_def.SerializeToString()
+  from grappler_bridge import graph_io  # pylint: disable=g-import-not-at-top
+  return graph_io.graph_def_bytes(nodes, producer=producer)
 
 
 def _deep_pbtxt(levels: int) -> str:
@@ -292,7 +281,7 @@ def _measure_case(name, given, expect, run, test, slow=False) -> Case:
 
 def _measure_local(function, args, feed=None, timeout_s=60.0) -> str:
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   extracted = extract.from_function(function, *args)
   cpu0 = "/job:localhost/replica:0/task:0/device:CPU:0"
   result = measure.measure(
@@ -359,8 +348,9 @@ def _killed_worker() -> str:
   import signal  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import placed_session  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
 
   weights = tf.Variable(tf.ones([32, 32]) * 0.01)
 
@@ -371,19 +361,19 @@ def _killed_worker() -> str:
   extracted = extract.from_function(step)
   with workers.CpuWorkerCluster(1) as cluster:
     kill_once = [cluster.pids[0]]
-    real_step = measure._Runner.step  # pylint: disable=protected-access
+    real_step = placed_session.Runner.step
 
     def step_that_loses_its_worker(runner):
       if kill_once:
         os.kill(kill_once.pop(), signal.SIGKILL)
       return real_step(runner)
 
-    measure._Runner.step = step_that_loses_its_worker  # pylint: disable=protected-access
+    placed_session.Runner.step = step_that_loses_its_worker
     try:
       result = measure.measure(extracted, {}, cluster, warmup=1, repeats=2,
                                timeout_s=30.0)
     finally:
-      measure._Runner.step = real_step  # pylint: disable=protected-access
+      placed_session.Runner.step = real_step
     return (f"valid={result.valid} after {result.attempts} attempts, "
             f"restarts {cluster.restarts}"
             + (f": {result.reason}" if result.reason else ""))
@@ -442,7 +432,7 @@ def _cases() -> List[Case]:
                        _deep_pbtxt(3000), slow=True),
       _graph_file_case("pb_zero_nodes", "GraphDef with zero nodes",
                        r"the graph has no nodes", "graph.pb",
-                       _zero_node_graph_def, slow=True),
+                       lambda: _graph_def([], producer=1), slow=True),
       _graph_file_case("pb_unknown_op", "GraphDef with op type FooBarOp",
                        r"node 'a' has op type 'FooBarOp', which this "
                        r"TensorFlow .* does not know", "graph.pb",

@@ -1,7 +1,7 @@
 """Measured transfer times between two cpu-workers vs the calibrated link model.
 
 The simulator prices a cross-device tensor with the link model
-`python -m tf_gdp.cost.calibrate` saved for `cpu-workers:2`: the measured
+`python -m tf_gdp.runtime.calibrate` saved for `cpu-workers:2`: the measured
 link table (piecewise linear in bytes) when there is one, else
 `latency + bytes / bandwidth`; the straight-line fit is shown beside it. This measures transfer times again (the calibration's
 mid-step ping-pong method, `--rounds` rounds each in a fresh cluster, median
@@ -22,15 +22,15 @@ from absl import app
 from absl import flags
 
 from tf_gdp import fileio
-from tf_gdp.cost import calibrate
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.runtime import calibrate
 
 _DEVICES = "cpu-workers:2"
 
 
 def run(rounds: int, tolerance: float, from_bytes: int) -> dict:
   """Measures both directions `rounds` times; compares with the topology."""
-  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
   topo = topology_lib.get(_DEVICES)
   calibrated = os.path.isfile(topology_lib.calibrated_path(2))
   if not calibrated:

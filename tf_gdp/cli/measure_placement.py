@@ -44,7 +44,7 @@ _TIMEOUT = flags.DEFINE_float("timeout", 120.0, "Seconds a step may take.",
 def main(argv):
   del argv
   cli_lib.quiet_tensorflow_logs()
-  from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import graph_sets  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   items = graph_sets.parse(_GRAPH.value)

@@ -1,1 +1,1 @@
-"""Device kinds, topologies and the cost side of placement."""
+"""The TF-free cost model: topologies, the simulator, lower bound, feasibility."""

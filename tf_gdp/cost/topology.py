@@ -221,9 +221,10 @@ def _nvswitch(_i, _j):
 def _local_cpu_workers(count: int) -> Topology:
   """K single-core TF worker processes on this machine, linked over loopback.
 
-  Uses the calibrated file from `tf-gdp calibrate` when one exists (see
-  `calibrated_path`); these defaults are what loopback gRPC between two
-  workers gives on a typical machine and are only a starting point.
+  Uses the calibrated file from `python -m tf_gdp.runtime.calibrate` when
+  one exists (see `calibrated_path`); these defaults are what loopback gRPC
+  between two workers gives on a typical machine and are only a starting
+  point.
   """
   path = calibrated_path(count)
   if os.path.isfile(path):
@@ -292,7 +293,7 @@ def preset_names() -> list:
 
 
 def calibrated_path(count: int) -> str:
-  """Where `calibrate` stores the measured cpu-workers:K topology."""
+  """Where `runtime.calibrate` stores the measured cpu-workers:K topology."""
   root = os.environ.get("TF_GDP_HOME", os.path.expanduser("~/.cache/tf_gdp"))
   return os.path.join(root, f"cpu-workers-{count}.json")
 

@@ -24,7 +24,7 @@ it, so running out of memory never pays.
 
 Backends price a placement:
   * `simulate` (default): `tf_gdp.cost.simulator.simulate_batch`.
-  * `measure`: the TF runtime (`tf_gdp.cost.measure.measure`) on a target:
+  * `measure`: the TF runtime (`tf_gdp.runtime.measure.measure`) on a target:
     "local", "cpu-workers:K" (a worker cluster started once and kept for the
     environment's life) or "grpc://host:port". Needs the task's
     `ExtractedGraph`. The reference is measured too.
@@ -524,7 +524,7 @@ class PlacementEnv(py_environment.PyEnvironment):
 
   def _run(self, index: int, placement: np.ndarray):
     """One uncached measurement on the target."""
-    from tf_gdp.cost import measure  # pylint: disable=g-import-not-at-top
+    from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
     task = self._tasks[index]
     started = time.perf_counter()
     result = measure.measure(task.extracted, placement, self._target(),
@@ -540,7 +540,7 @@ class PlacementEnv(py_environment.PyEnvironment):
     if isinstance(target, str) and target.startswith(
         topology_lib.CPU_WORKERS + ":"):
       if self._cluster is None:
-        from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+        from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
         count = target.partition(":")[2]
         if not count.isdigit() or int(count) < 1:
           raise errors.InputError(f"{target!r}: use cpu-workers:K")

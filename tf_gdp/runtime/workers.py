@@ -24,7 +24,7 @@ Ports are picked free (bind to port 0), never fixed; if a port was taken
 between picking and binding, the whole start is retried with new ports.
 
 Run as a program, this module is one worker:
-  python -m tf_gdp.cost.workers --task=0 --cluster_spec='{"worker": [...]}'
+  python -m tf_gdp.runtime.workers --task=0 --cluster_spec='{"worker": [...]}'
 """
 
 import atexit
@@ -238,7 +238,7 @@ class CpuWorkerCluster:
   # ---- internals ---------------------------------------------------------
 
   def _spawn(self, task: int) -> None:
-    command = [self.python, "-m", "tf_gdp.cost.workers", f"--task={task}",
+    command = [self.python, "-m", "tf_gdp.runtime.workers", f"--task={task}",
                f"--cluster_spec={json.dumps(self.cluster_spec)}",
                f"--parent_pid={os.getpid()}",
                f"--pdeathsig={str(self._pdeathsig).lower()}"]

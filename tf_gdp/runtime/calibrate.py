@@ -21,7 +21,7 @@ saves a topology file (`topology.calibrated_path(K)`), which
   `speed`.
 
 Example:
-  python -m tf_gdp.cost.calibrate --workers=2 --compute --json_out=/tmp/c.json
+  python -m tf_gdp.runtime.calibrate --workers=2 --compute --json_out=calibration.json
 """
 
 import dataclasses
@@ -131,13 +131,13 @@ def measure_transfers(cluster, sizes: Sequence[int] = DEFAULT_SIZES, *,
   in one session, so that drift in the machine's load hits them alike;
   each time is the difference of medians.
   """
-  from tf_gdp.cost import measure as measure_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import placed_session  # pylint: disable=g-import-not-at-top
   tf = _tf()
   devices = cluster.device_names
   if not (0 <= src < len(devices) and 0 <= dst < len(devices)) or src == dst:
     raise errors.InputError(f"src/dst must be two different tasks of "
                             f"{len(devices)} workers, got {src}, {dst}")
-  config = measure_lib.session_config(timeout_s=timeout_s)
+  config = placed_session.session_config(timeout_s=timeout_s)
   options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
 
   def round_trip(n: int, count: int):
@@ -213,14 +213,14 @@ def measure_step_overhead(cluster, *, repeats: int = 50,
   The simulator has no per-step cost; this says how much a real step pays
   just to exist (client -> master -> workers RPCs).
   """
-  from tf_gdp.cost import measure as measure_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import placed_session  # pylint: disable=g-import-not-at-top
   tf = _tf()
   with tf.Graph().as_default() as graph:
     ops = []
     for device in cluster.device_names:
       with tf.device(device):
         ops.append(tf.identity(tf.constant(0.0)).op)
-  config = measure_lib.session_config(timeout_s=timeout_s)
+  config = placed_session.session_config(timeout_s=timeout_s)
   options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
   result = {}
   with tf.compat.v1.Session(cluster.target, graph=graph,
@@ -299,7 +299,7 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
   step's time, `measure_step_overhead`) is taken off the measured time
   before the ratio.
   """
-  from tf_gdp.cost import measure as measure_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure as measure_lib  # pylint: disable=g-import-not-at-top
   from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
   label = f"{topology_lib.CPU_WORKERS}:{cluster.num_workers}"
   result = {}
@@ -409,7 +409,7 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
               rounds: int = 3, compute: bool = False,
               out_path: Optional[str] = None, log=print) -> dict:
   """Measures links (and optionally speed), saves the topology, reports."""
-  from tf_gdp.cost import workers  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
   if num_workers < 2:
     raise errors.InputError("calibration needs at least 2 workers")
   out_path = out_path or topology_lib.calibrated_path(num_workers)

@@ -1,0 +1,1 @@
+"""Running placed graphs on real devices: measurement, CPU worker clusters, calibration."""

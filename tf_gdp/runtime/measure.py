@@ -1,0 +1,304 @@
+"""Real step times of a placed graph, measured with the TF runtime.
+
+The simulator is a model; this is the judge. `measure` writes a placement
+into the flat graph's device fields (`rewrite.apply_placement`, which rejects
+illegal placements), runs the step in a TF1 `Session` on a target and times
+it: `warmup` unmeasured steps, then the median wall-clock time of `repeats`
+calls of `session.run(fetches)` (`placed_session`).
+
+Targets (opened by `targets`):
+  * "local": this process. Attached GPUs when there are any, otherwise CPU
+    devices `/job:localhost/replica:0/task:0/device:CPU:i`. The session asks
+    for as many CPU devices as the placement names (`device_count`), so this
+    works even after TensorFlow has initialized; logical CPU devices made
+    with `tf.config.set_logical_device_configuration` are a separate, eager-
+    side mechanism that must run before TF initializes and is not needed
+    here. All local CPU devices share this process's thread pools, so they
+    do not give real parallelism: use cpu-workers:K for that.
+  * "cpu-workers:K", or a running `workers.CpuWorkerCluster`: K single-core
+    worker processes over loopback gRPC (devices
+    `/job:worker/replica:0/task:i/device:CPU:0`). Given as a string, the
+    cluster is started and stopped around the one measurement (~5 s); pass a
+    started cluster to measure many placements.
+  * "grpc://host:port": any TF cluster the caller runs; the placement's
+    device strings name its jobs and tasks (checked against the devices the
+    master lists).
+
+What runs is the graph that was placed (made self-contained by
+`grappler_bridge.runnable`): captured variables of a tf.function become
+in-graph variables (VarHandleOp, initialized once from the captured
+values, so the caller's variables are untouched), arguments are fed
+(`example_args`, else ones), the fetches are `ExtractedGraph.fetches` run as
+targets (no output is copied back to the client; fed arguments do travel
+client -> master -> their device every step, which the simulator does not
+model, so benchmark graphs keep their inputs in variables), soft placement
+is off, and by default Grappler's rewrites (layout, constant folding,
+remapping, ...) are off too (`graph_rewrites=False`), so the runtime neither
+moves nor fuses ops behind the placement's back (docs/BENCHMARKS.md compares
+step times with the rewrites on and off: within 3% on the benchmark graphs).
+
+Every runtime failure (an OOM, a failed kernel, a timeout, a dead worker, a
+device the target does not have, an illegal placement) comes back as
+`Measurement(valid=False, reason=...)`; only malformed arguments raise
+`InputError`.
+"""
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from grappler_bridge import tf_env
+
+tf_env.prepare_tensorflow_environment()
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
+from grappler_bridge import profiling  # pylint: disable=g-import-not-at-top
+from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
+from tf_gdp import errors  # pylint: disable=g-import-not-at-top
+from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
+from tf_gdp.runtime import placed_session  # pylint: disable=g-import-not-at-top
+from tf_gdp.runtime import targets  # pylint: disable=g-import-not-at-top
+
+# Measurement retries after a cpu-workers process died mid-run.
+DEFAULT_RETRIES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+  """The measured step time of one placement on one target.
+
+  Attributes:
+    step_time_us: median of the timed steps (NaN when invalid).
+    times_us: every timed step, in order.
+    valid: the placement ran; False for an illegal placement, an OOM, a
+      failed kernel, a timeout or an unreachable device.
+    reason: why it is invalid (one line), else None.
+    target: the target it ran on (e.g. "cpu-workers:2", "local").
+    attempts: runs it took (more than 1 after a worker died and was
+      restarted).
+  """
+  step_time_us: float
+  times_us: tuple = ()
+  valid: bool = True
+  reason: Optional[str] = None
+  target: str = ""
+  attempts: int = 1
+
+
+def invalid(reason: str, target: str = "", attempts: int = 1) -> Measurement:
+  return Measurement(step_time_us=math.nan, valid=False, reason=reason,
+                     target=target, attempts=attempts)
+
+
+def measure(extracted: extract.ExtractedGraph,
+            placement,
+            target,
+            *,
+            topology: Optional[Any] = None,
+            example_args: Sequence[Any] = (),
+            warmup: int = 2,
+            repeats: int = 5,
+            timeout_s: float = placed_session.DEFAULT_TIMEOUT_S,
+            graph_rewrites: bool = False,
+            retries: int = DEFAULT_RETRIES) -> Measurement:
+  """Runs the placed step on `target` and times it.
+
+  Args:
+    extracted: the flat graph (`extract.from_function`, ...).
+    placement: node name -> TF device string (nodes left out keep their
+      device field, and TF's placer picks for those left empty), or an int
+      array with one device index into `topology.devices` per node of
+      `extracted.graph_def`, in graph order (= the OpGraph's node order).
+    target: "local", "cpu-workers:K", "grpc://host:port" or a started
+      `workers.CpuWorkerCluster`.
+    topology: a Topology or a preset name; required for an int placement.
+    example_args: the function's flattened arguments (fed every step);
+      placeholders without a value get ones (unknown dimensions -> 1).
+    warmup: unmeasured steps first (the first builds the executors).
+    repeats: timed steps; the result is their median.
+    timeout_s: limit of each step (and of session setup); a step that takes
+      longer makes the measurement invalid. TF cancels the step then; a
+      kernel that ignores cancellation is abandoned shortly after (its
+      session is closed once it returns; cpu-workers are restarted).
+    graph_rewrites: leave Grappler's rewrites on (default off: what runs is
+      what was placed).
+    retries: on a cpu-workers target, how many times a run that failed
+      because a worker died is repeated after restarting the dead workers.
+
+  Returns:
+    A Measurement; runtime failures give valid=False with a reason.
+
+  Raises:
+    InputError: malformed arguments (a placement of the wrong length, an
+      unknown target, non-positive repeats...).
+  """
+  _check_counts(warmup, repeats, timeout_s)
+  if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+    raise errors.InputError(f"retries must be an integer >= 0, got {retries!r}")
+  if not isinstance(extracted, extract.ExtractedGraph):
+    raise errors.InputError(
+        f"measure needs an ExtractedGraph, got {type(extracted).__name__}")
+  devices = _placement_dict(extracted, placement, topology)
+  feeds = _arg_feeds(extracted, example_args)
+  label = targets.target_label(target)
+  try:
+    placed = rewrite.apply_placement(extracted.graph_def, devices)
+  except errors.PlacementError as e:
+    return invalid(f"illegal placement: {e}", label)
+  try:
+    with targets.opened(target) as opened:
+      return _timed_runs(extracted, placed, feeds, opened, warmup=warmup,
+                         repeats=repeats, timeout_s=timeout_s,
+                         graph_rewrites=graph_rewrites, retries=retries)
+  except targets.TargetUnavailable as e:
+    return invalid(str(e), label)
+
+
+def _timed_runs(extracted, placed, feeds, opened: targets.OpenTarget, *,
+                warmup: int, repeats: int, timeout_s: float,
+                graph_rewrites: bool, retries: int) -> Measurement:
+  """Runs and times the placed step, retrying after a worker died."""
+  label = opened.label
+  attempts = 0
+  while True:
+    attempts += 1
+    worker_error = False
+    try:
+      with placed_session.placed_session(extracted, placed, feeds, opened,
+                                         timeout_s, graph_rewrites) as run:
+        times = run.steps(warmup, repeats)
+      break
+    except placed_session.WorkerLost as e:
+      reason, worker_error = str(e), True
+    except placed_session.Hung as e:
+      targets.free_hung_workers(opened)
+      return invalid(str(e), label, attempts)
+    except placed_session.Invalid as e:
+      reason = str(e)
+    except (tf.errors.OpError, ValueError, TypeError, RuntimeError) as e:
+      reason = placed_session.describe_error(e)
+      worker_error = isinstance(e, (tf.errors.UnavailableError,
+                                    tf.errors.AbortedError))
+    if attempts > retries or not targets.restart_dead_workers(opened,
+                                                              worker_error):
+      return invalid(reason, label, attempts)
+  return Measurement(step_time_us=float(statistics.median(times)),
+                     times_us=tuple(times), valid=True, target=label,
+                     attempts=attempts)
+
+
+def profile_op_times(extracted: extract.ExtractedGraph,
+                     target,
+                     *,
+                     device: Optional[str] = None,
+                     example_args: Sequence[Any] = (),
+                     warmup: int = 2,
+                     repeats: int = 5,
+                     timeout_s: float = placed_session.DEFAULT_TIMEOUT_S
+                     ) -> Dict[str, float]:
+  """Per-op times (us) of the whole graph run on one device of `target`.
+
+  The same runtime `measure` uses (so on cpu-workers the ops run on a
+  pinned single-thread worker), traced with FULL_TRACE: per node the time
+  from its start to the end of its outputs, summed over executions in the
+  step, median over `repeats` steps. The result can replace the roofline
+  costs (`costs.op_graph_document(profile=...)`).
+
+  Args:
+    extracted: the flat graph.
+    target: as for `measure`.
+    device: where every node runs (default: the target's first device).
+    example_args: as for `measure`.
+    warmup: untraced steps first.
+    repeats: traced steps.
+    timeout_s: limit of each step.
+
+  Returns:
+    Node name -> median microseconds, for the nodes the runtime reported.
+
+  Raises:
+    InputError: malformed arguments.
+    RuntimeError: the graph did not run (the reason is in the message).
+  """
+  _check_counts(warmup, repeats, timeout_s)
+  feeds = _arg_feeds(extracted, example_args)
+  try:
+    with targets.opened(target) as opened:
+      device = device or opened.default_device
+      placed = rewrite.apply_placement(
+          extracted.graph_def,
+          {node.name: device for node in extracted.graph_def.node})
+      try:
+        with placed_session.placed_session(extracted, placed, feeds, opened,
+                                           timeout_s, False) as run:
+          samples = run.steps(warmup, repeats, traced=True)
+      except placed_session.Hung as e:
+        targets.free_hung_workers(opened)
+        raise RuntimeError(f"cannot profile: {e}") from e
+      except placed_session.Invalid as e:
+        raise RuntimeError(f"cannot profile: {e}") from e
+      except (tf.errors.OpError, ValueError) as e:
+        raise RuntimeError(
+            f"cannot profile: {placed_session.describe_error(e)}") from e
+  except targets.TargetUnavailable as e:
+    raise RuntimeError(f"cannot profile: {e}") from e
+  return profiling.median_times(
+      samples, {node.name for node in extracted.graph_def.node})
+
+
+# ---- arguments ---------------------------------------------------------------
+
+
+def _check_counts(warmup, repeats, timeout_s) -> None:
+  if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+    raise errors.InputError(f"warmup must be an integer >= 0, got {warmup!r}")
+  if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+    raise errors.InputError(f"repeats must be an integer >= 1, got {repeats!r}")
+  if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+    raise errors.InputError(f"timeout_s must be > 0, got {timeout_s!r}")
+
+
+def _placement_dict(extracted, placement, topology) -> Dict[str, str]:
+  """Node name -> device string, from a dict or an int array + topology."""
+  if isinstance(placement, Mapping):
+    bad = [k for k, v in placement.items()
+           if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+      raise errors.InputError(
+          f"a placement dict maps op names to device strings; bad entry for "
+          f"{bad[0]!r}")
+    return dict(placement)
+  if topology is None:
+    raise errors.InputError(
+        "an int placement needs a topology (device index -> device name)")
+  if isinstance(topology, str):
+    topology = topology_lib.get(topology)
+  array = np.asarray(placement)
+  nodes = extracted.graph_def.node
+  if array.ndim != 1 or array.shape[0] != len(nodes) or not (
+      np.issubdtype(array.dtype, np.integer)):
+    raise errors.InputError(
+        f"an int placement needs one device index per node ({len(nodes)}), "
+        f"got shape {array.shape} of {array.dtype}")
+  if array.size and (array.min() < 0 or array.max() >= topology.num_devices):
+    raise errors.InputError(
+        f"placement device indices must be in [0, {topology.num_devices})")
+  names = topology.device_names
+  return {node.name: names[int(d)] for node, d in zip(nodes, array)}
+
+
+def _arg_feeds(extracted, example_args) -> Dict[str, np.ndarray]:
+  """Argument placeholder name -> value to feed."""
+  flat = tf.nest.flatten(list(example_args)) if example_args else []
+  if flat and len(flat) != len(extracted.arg_names):
+    raise errors.InputError(
+        f"example_args flatten to {len(flat)} values but the graph has "
+        f"{len(extracted.arg_names)} arguments")
+  feeds = {}
+  for name, value in zip(extracted.arg_names, flat):
+    feeds[name] = np.asarray(value)
+  return feeds
