@@ -31,7 +31,7 @@ clean:
 # result does not depend on machine load). Held-out graphs are never trained
 # on. A killed run resumes from $(PRETRAIN_ROOT); `rm -rf` it to start over.
 # Quick check: make pretrain PRETRAIN_ITERATIONS=2 PRETRAIN_GRAPHS=rnnlm2,layered:500 \
-#   PRETRAIN_ROOT=/tmp/pt PRETRAIN_OUT=/tmp/pt/out
+#   PRETRAIN_ROOT=build/pt-check PRETRAIN_OUT=build/pt-check/out
 PRETRAIN_GRAPHS ?= rnnlm2,rnnlm4,inception_v3,wavenet2,gnmt2:source_length=8:target_length=8,gnmt4:source_length=6:target_length=6,layered:3000:seed=1,layered:5000:width=200:seed=2,cells:3000:seed=1,cells:5000:cell=64:seed=2
 PRETRAIN_HELD_OUT ?= gnmt8,transformer_xl2,transformer_xl4,transformer_xl8,wavenet4,amoebanet
 PRETRAIN_DEVICES ?= p100x4

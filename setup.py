@@ -9,7 +9,8 @@ _HERE = pathlib.Path(__file__).parent
 _VERSION = re.search(r'__version__ = "([^"]+)"',
                      (_HERE / "tf_gdp" / "version.py").read_text()).group(1)
 
-# Verified together on Python 3.11 (see DESIGN.md section 6).
+# Verified together on Python 3.11; the notes on each pin are in the README
+# ("Dependencies").
 _INSTALL_REQUIRES = [
     "tensorflow==2.21.*",
     "tf-keras==2.21.*",
