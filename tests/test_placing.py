@@ -12,6 +12,7 @@ import pytest
 from tf_gdp.rl import train_lib  # pylint: disable=g-bad-import-order
 from tf_gdp import errors
 from tf_gdp import place_batch
+from tf_gdp import placement_file
 from tf_gdp import placing
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import json_io
@@ -83,16 +84,16 @@ def test_placement_file_round_trip_and_mismatches(graph, topology, tmp_path):
   result = placing.place(graph, topology, "round_robin", compare=())
   path = str(tmp_path / "p.json")
   placing.save(result, graph, path)
-  np.testing.assert_array_equal(placing.load(graph, topology, path),
+  np.testing.assert_array_equal(placement_file.load(graph, topology, path),
                                 result.placement)
   other = graph_sets.random_layered_graph(50, width=5, seed=2, name="other")
   with pytest.raises(errors.PlacementError, match="does not match graph"):
-    placing.load(other, topology, path)
+    placement_file.load(other, topology, path)
   with pytest.raises(errors.PlacementError, match="does not have"):
-    placing.load(graph, topology_lib.get("cpu-workers:2"), path)
+    placement_file.load(graph, topology_lib.get("cpu-workers:2"), path)
   (tmp_path / "junk.json").write_text("[1, 2")
   with pytest.raises(errors.InputError, match="not a placement JSON"):
-    placing.load(graph, topology, str(tmp_path / "junk.json"))
+    placement_file.load(graph, topology, str(tmp_path / "junk.json"))
 
 
 def test_batch_keeps_good_graphs_when_one_is_bad(graph, tmp_path):

@@ -31,10 +31,11 @@ import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from tf_gdp import errors
+from tf_gdp import placement_file
 from tf_gdp import placing
 from tf_gdp import target_devices
-from tf_gdp.cost import presets
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import sources
 
 LOCAL = target_devices.LOCAL
 # `method` a report shows for a placement re-applied from a file.
@@ -44,35 +45,13 @@ BACKENDS = (SIMULATE, MEASURE)
 Devices = target_devices.Devices
 
 
-@dataclasses.dataclass(frozen=True)
-class LoadedPlacement:
-  """A placement file, to hand back to `place(..., placement=...)`.
+def load_placement(
+    path: Union[str, os.PathLike]) -> placement_file.PlacementFile:
+  """Reads a placement file (e.g. from `PlacedFunction.save`); InputError if bad.
 
-  Attributes:
-    path: the file; `place` re-reads it and applies it by op name.
-    method: the method that found it.
-    graph_name, topology_name: what it was made for.
-    devices: op name -> device, as stored.
-    step_time_us: the step time predicted when it was saved.
+  Hand the result to `place(..., placement=...)`: it is applied by op name.
   """
-  path: str
-  method: str
-  graph_name: str
-  topology_name: str
-  devices: Dict[str, str]
-  step_time_us: Optional[float]
-
-
-def load_placement(path: Union[str, os.PathLike]) -> LoadedPlacement:
-  """Reads a placement file written by `PlacedFunction.save`; InputError if bad."""
-  path = os.fspath(path)
-  document = placing.read_document(path)
-  return LoadedPlacement(
-      path=path, method=str(document.get("method", "")),
-      graph_name=str(document.get("graph", "")),
-      topology_name=str(document.get("topology", "")),
-      devices=dict(document["placement"]),
-      step_time_us=document.get("step_time_us"))
+  return placement_file.read(os.fspath(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +63,7 @@ class _Options:
   backend: str
   compare: tuple
   seed: int
-  placement: Optional[LoadedPlacement]
+  placement: Optional[placement_file.PlacementFile]
   policy: Optional[str]
 
   def __post_init__(self):
@@ -101,7 +80,8 @@ class _Options:
     for name in self.compare:
       if name not in methods or name == placing.GDP:
         raise errors.InputError(f"cannot compare with {name!r}: not a baseline")
-    if not isinstance(self.placement, (LoadedPlacement, type(None))):
+    if not isinstance(self.placement,
+                      (placement_file.PlacementFile, type(None))):
       raise errors.InputError(
           "placement must come from gdp.load_placement (or be its path), got "
           f"{type(self.placement).__name__}")
@@ -116,7 +96,8 @@ def place(fn: Optional[Callable] = None, *example_args,
           devices: Devices = LOCAL, method: str = placing.GDP,
           budget: float = 0.0, backend: str = SIMULATE,
           compare: Sequence[str] = placing.DEFAULT_COMPARE, seed: int = 0,
-          placement: Union[None, LoadedPlacement, str, os.PathLike] = None,
+          placement: Union[None, placement_file.PlacementFile, str,
+                           os.PathLike] = None,
           policy: Optional[str] = None,
           example_kwargs: Optional[Mapping[str, Any]] = None):
   """Places `fn` on `devices`; returns a `PlacedFunction` (or a decorator).
@@ -344,46 +325,22 @@ def _op_graph(extracted, topo: topology_lib.Topology, *, name: str,
   stay on the device they live on: with `pin_captures` their ops are pinned
   there.
   """
-  from grappler_bridge import costs  # pylint: disable=g-import-not-at-top
-  from tf_gdp.graph import json_io  # pylint: disable=g-import-not-at-top
   pins = {}
   if pin_captures:
     pins = {capture: device for capture, device in
             zip(extracted.capture_names, extracted.capture_devices) if device}
-  document = costs.op_graph_document(
-      extracted, presets.topology_hardware(topo), name=name, pinned=pins)
-  document.setdefault("metadata", {}).update({"devices": topo.name})
-  return json_io.from_document(document)
+  return sources.cost(extracted, name=name, devices=topo, pinned=pins)
 
 
-def _reapply(graph, topo: topology_lib.Topology, loaded: LoadedPlacement,
-             compare: Sequence[str], seed: int) -> placing.PlaceResult:
+def _reapply(graph, topo: topology_lib.Topology,
+             loaded: placement_file.PlacementFile, compare: Sequence[str],
+             seed: int) -> placing.PlaceResult:
   """A saved placement judged like a searched one, without any search."""
-  from tf_gdp.cost import lower_bound  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import simulator  # pylint: disable=g-import-not-at-top
-  indices = placing.load(graph, topo, loaded.path)
-  sim = simulator.simulate(graph, indices, topo)
-  result = placing.PlaceResult(
-      graph_name=graph.name, topology_name=topo.name, method=LOADED,
-      device_names=topo.device_names, placement=indices,
-      step_time_us=sim.step_time_us, valid=sim.valid, reason=sim.reason,
-      search_seconds=0.0, evaluations=0,
-      peak_memory_bytes=sim.peak_memory_bytes.tolist(),
-      busy_us=sim.device_busy_us.tolist(), transfer_bytes=sim.transfer_bytes,
-      lower_bound_us=float(lower_bound.lower_bound(graph, topo)),
-      details={"loaded_from": loaded.path, "found_by": loaded.method})
-  for name in compare:
-    result.compared[name] = _baseline(name, graph, topo, seed)
-  return result
-
-
-def _baseline(name: str, graph, topo, seed: int) -> dict:
-  try:
-    found = placing.place(graph, topo, name, seed=seed, compare=())
-  except errors.InputError as e:  # e.g. no expert rules for this graph
-    return {"error": errors.first_line(e)}
-  return {"step_time_us": found.step_time_us, "valid": found.valid,
-          "search_seconds": found.search_seconds}
+  indices = placement_file.apply(loaded, graph, topo)
+  return placing.judge(graph, topo, LOADED, indices,
+                       details={"loaded_from": loaded.path,
+                                "found_by": loaded.method},
+                       compare=compare, seed=seed)
 
 
 def _check_constraints(extracted, device_map: Mapping[str, str],

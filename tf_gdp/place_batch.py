@@ -3,7 +3,7 @@
 For each graph of a `--graphs` spec (zoo names, files, globs, generated
 graphs; see `tf_gdp.rl.graph_sets`):
 
-  <out>/<graph>/placement.json   op name -> device (placing.save format)
+  <out>/<graph>/placement.json   op name -> device (`tf_gdp.placement_file`)
   <out>/<graph>/report.json      step time, baselines, bound, memory
   <out>/<graph>/gantt.png        simulated schedule (when pictures are on)
   <out>/<graph>/devices.png      per-device busy time and memory

@@ -6,13 +6,15 @@ The shared core of `tf-gdp place`, `gdp.place()` and the examples:
     result.placement            # int32 device index per op
     result.report()             # JSON-able: step time, baselines, bound, memory
     placing.save(result, graph, "placement.json")
-    placing.load(graph, topology, "placement.json")  # re-applied by op name
+    placement_file.load(graph, topology, "placement.json")  # by op name
 
 Methods: "gdp" (the learned policy: zero-shot, i.e. one forward pass then
 greedy plus a handful of samples judged by the simulator; with a budget it
 is then fine-tuned on this graph for that many seconds and the better of the
 two is kept; both are the policy's own placements) and every baseline of
-`tf_gdp.baselines`. Every result is judged by the same simulator.
+`tf_gdp.baselines`. Every result, searched here or re-applied from a
+placement file by `gdp.place`, is judged by `judge`: the same simulator,
+bound and baselines.
 """
 
 import dataclasses
@@ -24,14 +26,12 @@ from typing import Callable, Dict, Optional, Sequence
 import numpy as np
 
 from grappler_bridge import errors as grappler_errors
-from grappler_bridge import limits
 
 from tf_gdp import errors
-from tf_gdp import fileio
+from tf_gdp import placement_file
 from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
-from tf_gdp.graph import identity
 from tf_gdp.graph import op_graph
 
 GDP = "gdp"
@@ -40,8 +40,6 @@ PRETRAINED_POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                  "pretrained", "policy")
 # Cheap baselines every report lists next to the chosen method.
 DEFAULT_COMPARE = ("single_device", "human_expert", "metis", "m_etf")
-FORMAT = "tf-gdp-placement"
-VERSION = 1
 
 
 @dataclasses.dataclass
@@ -142,13 +140,9 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     found = baselines.run(method, graph, topology, seed=seed)
     placement, seconds = found.placement, found.search_seconds
     evaluations, details = found.evaluations, _jsonable(found.info)
-  result = _judge(graph, topology, method, placement, seconds, evaluations,
-                  details)
-  for name in compare:
-    if name == method:
-      continue
-    result.compared[name] = _baseline_summary(name, graph, topology, seed)
-  return result
+  return judge(graph, topology, method, placement, search_seconds=seconds,
+               evaluations=evaluations, details=details, compare=compare,
+               seed=seed)
 
 
 def check_compare(compare: Sequence[str]) -> None:
@@ -212,19 +206,40 @@ def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
           evaluations, details)
 
 
-def _judge(graph, topology, method, placement, seconds, evaluations,
-           details) -> PlaceResult:
+def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
+          method: str, placement, *, search_seconds: float = 0.0,
+          evaluations: int = 0, details: Optional[dict] = None,
+          compare: Sequence[str] = (), seed: int = 0) -> PlaceResult:
+  """A placement's `PlaceResult`: simulated, bounded, beside baselines.
+
+  Every result is judged here, whether `place` searched for it or it was
+  re-applied from a placement file, so that their reports compare.
+
+  Args:
+    graph, topology: what is placed where.
+    method: what found the placement (a method name, or e.g. "loaded").
+    placement: int[num_nodes] device index per op.
+    search_seconds, evaluations: what finding it cost.
+    details: method specifics for the report.
+    compare: baselines run and simulated beside it (`method` itself is
+      skipped); one that cannot run reports its error.
+    seed: seeds the randomized baselines.
+  """
   sim = simulator.simulate(graph, placement, topology)
-  return PlaceResult(
+  result = PlaceResult(
       graph_name=graph.name, topology_name=topology.name, method=method,
       device_names=topology.device_names,
       placement=np.asarray(placement, np.int32),
       step_time_us=sim.step_time_us, valid=sim.valid, reason=sim.reason,
-      search_seconds=float(seconds), evaluations=int(evaluations),
+      search_seconds=float(search_seconds), evaluations=int(evaluations),
       peak_memory_bytes=sim.peak_memory_bytes.tolist(),
       busy_us=sim.device_busy_us.tolist(), transfer_bytes=sim.transfer_bytes,
       lower_bound_us=float(lower_bound_lib.lower_bound(graph, topology)),
-      details=details)
+      details=dict(details or {}))
+  for name in compare:
+    if name != method:
+      result.compared[name] = _baseline_summary(name, graph, topology, seed)
+  return result
 
 
 def _baseline_summary(name, graph, topology, seed) -> dict:
@@ -246,59 +261,9 @@ def _jsonable(info: dict) -> dict:
 # ---- placement files ----------------------------------------------------------
 
 
-def document(result: PlaceResult, graph: op_graph.OpGraph) -> dict:
-  """The placement file (format of `tf_gdp.rl.outputs`, plus the report)."""
-  return {
-      "format": FORMAT, "version": VERSION, "method": result.method,
-      "graph": graph.name,
-      "graph_fingerprint": identity.graph_fingerprint(graph),
-      "topology": result.topology_name, "devices": list(result.device_names),
-      "step_time_us": result.step_time_us, "step_time_source": "simulate",
-      "placement": result.device_map(graph),
-  }
-
-
 def save(result: PlaceResult, graph: op_graph.OpGraph, path: str) -> None:
-  """Writes the placement file atomically."""
-  fileio.write_atomically(path, json.dumps(document(result, graph), indent=1))
-
-
-def read_document(path: str) -> dict:
-  """A placement file's JSON; InputError (one line) if it is not one."""
-  data = limits.read_input_file(path, what="placement file",
-                                error=errors.InputError)
-  try:
-    doc = json.loads(data.decode("utf-8"))
-  except (ValueError, RecursionError) as e:
-    raise errors.InputError(f"{path}: not a placement JSON file: {e}") from e
-  if not isinstance(doc, dict) or doc.get("format") != FORMAT or not (
-      isinstance(doc.get("placement"), dict)):
-    raise errors.InputError(f"{path}: not a tf-gdp placement file")
-  return doc
-
-
-def load(graph: op_graph.OpGraph, topology: topology_lib.Topology,
-         path: str) -> np.ndarray:
-  """int32 device index per op of `graph` from a placement file.
-
-  Applied by op name, so it survives a rebuilt graph with the same ops.
-  Raises PlacementError when the file does not match the graph (ops missing
-  or extra) or names a device the topology lacks; InputError when the file
-  is not a placement file.
-  """
-  devices = read_document(path)["placement"]
-  missing = [op for op in graph.node_names if op not in devices]
-  extra = len(devices) - (len(graph.node_names) - len(missing))
-  if missing or extra:
-    sample = ", ".join(repr(op) for op in missing[:3])
-    raise errors.PlacementError(
-        f"{path} does not match graph {graph.name!r}: {len(missing)} of its "
-        f"ops have no device" + (f" (e.g. {sample})" if missing else "") +
-        (f", and the file places {extra} ops the graph lacks" if extra else ""))
-  index = {name: i for i, name in enumerate(topology.device_names)}
-  unknown = sorted({d for d in devices.values() if d not in index})
-  if unknown:
-    raise errors.PlacementError(
-        f"{path} places ops on {unknown[0]!r}, which topology "
-        f"{topology.name!r} does not have")
-  return np.array([index[devices[op]] for op in graph.node_names], np.int32)
+  """Writes `result`'s placement file (`tf_gdp.placement_file`) atomically."""
+  placement_file.write(path, placement_file.document(
+      graph, result.device_names, result.placement,
+      topology_name=result.topology_name, method=result.method,
+      step_time_us=result.step_time_us))

@@ -8,7 +8,7 @@ module contracts the op graph by `graph.group_ids` into a `GroupView`:
   own per-op durations: the kind's cost column divided by the speed).
 * `allowed[g, j]`: every member may run on device j (allowed kinds and pins,
   exactly the simulator's `DeviceTables.allowed`, which parses pins with
-  `simulator.parse_device` / `device_matches`). A group no device satisfies
+  `device_names.parse_device` / `device_matches`). A group no device satisfies
   is an `InputError`: no placement can exist.
 * `order` / `rank`: a topological order of groups. Contracting groups can
   create cycles (a variable group holds both the variable read at the start

@@ -24,10 +24,8 @@ mean communication times), shared by ETF's tie-break and HEFT's upward rank.
 import numpy as np
 
 from tf_gdp.baselines import common
+from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
-
-_jit = simulator._jit  # pylint: disable=protected-access
-
 
 def edge_costs(view: common.GroupView) -> tuple:
   """(is_data bool[m], tensor id int[m] (-1 control), tensor bytes float[m])."""
@@ -70,7 +68,7 @@ def levels(view: common.GroupView, op_time: np.ndarray,
                                plan.edge_dst, op_time, edge_time)
 
 
-@_jit
+@compiled.jit
 def _longest_path_to_exit(order, out_ptr, out_edges, edge_dst, op_time,
                           edge_time):
   level = np.zeros(order.shape[0], np.float64)
@@ -86,7 +84,7 @@ def _longest_path_to_exit(order, out_ptr, out_edges, edge_dst, op_time,
   return level
 
 
-@_jit
+@compiled.jit
 def arrival_time(v, j, commit, contention, in_ptr, in_edges, edge_src,
                  is_data, edge_tensor, nbytes, device, finish, latency,
                  bytes_per_us, link_free, arrival, scratch):

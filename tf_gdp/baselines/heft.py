@@ -37,12 +37,10 @@ from tf_gdp.baselines import common
 from tf_gdp.baselines import communication
 from tf_gdp.baselines import list_scheduler
 from tf_gdp.baselines.communication import arrival_time
+from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
-
-_jit = simulator._jit  # pylint: disable=protected-access
-
 
 def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
           seed: int = 0, insertion_window: int = 1000,
@@ -76,7 +74,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   return device.astype(np.int32)
 
 
-@_jit
+@compiled.jit
 def _slot(starts, ends, j, count, ready, duration, max_scan):
   """Earliest start >= ready of a gap on device j fitting `duration`.
 
@@ -105,7 +103,7 @@ def _slot(starts, ends, j, count, ready, duration, max_scan):
   return t, count
 
 
-@_jit
+@compiled.jit
 def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
           num_tensors, duration, allowed, latency, bytes_per_us, group_of,
           need, budget, max_scan, contention):

@@ -45,10 +45,8 @@ import numpy as np
 from tf_gdp.baselines import common
 from tf_gdp.baselines import communication
 from tf_gdp.baselines.communication import arrival_time
+from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
-
-_jit = simulator._jit  # pylint: disable=protected-access
-
 
 def candidate_devices(view: common.GroupView) -> np.ndarray:
   """bool[n, d]: primary devices an op may use, or all it may use if none."""
@@ -100,7 +98,7 @@ def reserved_memory(view: common.GroupView, model: common.MemoryModel,
                      minlength=view.num_devices)
 
 
-@_jit
+@compiled.jit
 def _less3(a1, a2, a3, b1, b2, b3):
   if a1 != b1:
     return a1 < b1
@@ -109,7 +107,7 @@ def _less3(a1, a2, a3, b1, b2, b3):
   return a3 < b3
 
 
-@_jit
+@compiled.jit
 def _push(k1, k2, k3, row, size, x1, x2, x3):
   """Pushes (x1, x2, x3) on the min-heap in row `row`; new size."""
   i = size
@@ -128,7 +126,7 @@ def _push(k1, k2, k3, row, size, x1, x2, x3):
   return size + 1
 
 
-@_jit
+@compiled.jit
 def _pop(k1, k2, k3, row, size):
   """Removes the top of the heap in row `row`; new size."""
   size -= 1
@@ -156,7 +154,7 @@ def _pop(k1, k2, k3, row, size):
   return size
 
 
-@_jit
+@compiled.jit
 def _fits(v, j, device, group_of, bound, used, need, budget):
   """v is unscheduled and its group is bound to j or has room on j."""
   if device[v] >= 0:
@@ -167,7 +165,7 @@ def _fits(v, j, device, group_of, bound, used, need, budget):
   return used[j] + need[g] <= budget[j]
 
 
-@_jit
+@compiled.jit
 def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
          edge_dst, is_data, edge_tensor, nbytes, num_tensors, duration,
          candidate, latency, bytes_per_us, group_of, need, budget, priority,

@@ -240,17 +240,17 @@ def _place_case(name, given, expect, document, devices) -> Case:
 
 
 def _placement_file_case(name, given, expect, placement_doc) -> Case:
-  """A placement file given to `placing.load` for the tiny graph."""
+  """A placement file given to `placement_file.load` for the tiny graph."""
 
   def api(tmp):
-    from tf_gdp import placing  # pylint: disable=g-import-not-at-top
+    from tf_gdp import placement_file  # pylint: disable=g-import-not-at-top
     from tf_gdp.cost import topology  # pylint: disable=g-import-not-at-top
     from tf_gdp.graph import json_io  # pylint: disable=g-import-not-at-top
     doc = placement_doc(tmp) if callable(placement_doc) else placement_doc
     path = _write(tmp, "placement.json", json.dumps(doc))
     graph = json_io.from_document(tiny_document())
     try:
-      placing.load(graph, topology.custom(
+      placement_file.load(graph, topology.custom(
           "two", [topology.Device(d["name"], "GPU", d["memory_bytes"])
                   for d in _gpus(2)], [[0, 1.0], [1.0, 0]],
           [[0, 1.0], [1.0, 0]]), path)

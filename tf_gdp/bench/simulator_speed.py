@@ -20,6 +20,7 @@ from absl import flags
 import numpy as np
 
 from tf_gdp import fileio
+from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -111,7 +112,7 @@ def run(num_nodes: int, width: int, topologies, repeats: int, batch: int,
       "graph": {"name": graph.name, "nodes": graph.num_nodes,
                 "edges": graph.num_edges, "build_s": build_s,
                 "prepare_s": prepare_s},
-      "compiled": simulator.HAVE_NUMBA,
+      "compiled": compiled.HAVE_NUMBA,
       "machine": {"python": platform.python_version(),
                   "processor": platform.processor() or platform.machine()},
       "rows": rows,

@@ -16,13 +16,11 @@ Otherwise fine-tuning runs PPO on the graph for the budget; with
 op name -> device, predicted step time, method, command).
 """
 
-import json
 import sys
 
 from absl import flags
 
 from tf_gdp import errors
-from tf_gdp import fileio
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
 from tf_gdp.rl import environment
@@ -109,8 +107,7 @@ def _command(program: str) -> str:
 
 def _write(task, best, reference, method, command,
            reference_measured_us=None) -> None:
-  document = outputs.placement_document(
-      task, best, reference, method=method, command=command,
-      reference_measured_us=reference_measured_us)
-  fileio.write_atomically(_OUT.value, json.dumps(document, indent=1))
+  outputs.write_placement(_OUT.value, task, best, reference, method=method,
+                          reference_measured_us=reference_measured_us,
+                          command=command)
   print(f"wrote {_OUT.value}")

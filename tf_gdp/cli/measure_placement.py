@@ -16,7 +16,7 @@ that fails to run (OOM, kernel error, timeout) is reported with exit code 2.
 from absl import flags
 
 from tf_gdp import errors
-from tf_gdp import placing
+from tf_gdp import placement_file
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
@@ -57,7 +57,7 @@ def main(argv):
         f"{_GRAPH.value}: an op-graph JSON file has no TensorFlow graph to run")
   graph = loaded.graph
   if _PLACEMENT.value:
-    placement = placing.load(graph, topology, _PLACEMENT.value)
+    placement = placement_file.load(graph, topology, _PLACEMENT.value)
   else:
     placement = np.zeros(graph.num_nodes, np.int32)
   target = _TARGET.value or (_DEVICES.value if _DEVICES.value.startswith(

@@ -39,6 +39,7 @@ further), and transfers (they only add time).
 
 import numpy as np
 
+from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -70,7 +71,7 @@ def bound_terms(graph: op_graph.OpGraph,
   return critical_path, _work_bound(*_kind_tables(tables, allowed, topology))
 
 
-@simulator._jit  # pylint: disable=protected-access
+@compiled.jit
 def _longest_path(order, in_ptr, in_edges, edge_src, weight):
   """Heaviest path through the DAG with node weights `weight`."""
   finish = np.zeros(order.shape[0], np.float64)

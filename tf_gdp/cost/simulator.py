@@ -52,40 +52,26 @@ one device, and pinned devices (a pin constrains only the fields it names:
 of that task). Invalid placements are still simulated, so RL can shape its
 reward from their step time.
 
-`simulate_reference` is an independent, plain-Python implementation of the
-same model (dicts, sets and heapq); tests check the compiled core against it.
+The per-placement pass is `schedule_kernel.run`; device strings are parsed by
+`device_names`; `simulator_reference.simulate_reference` is an independent,
+plain-Python implementation of the same model that tests check the compiled
+pass against.
 """
 
 import dataclasses
 import functools
-import heapq
-import re
 import weakref
 from typing import Optional
 
 import numpy as np
 
 from tf_gdp import errors
+from tf_gdp.cost import device_names
+from tf_gdp.cost import schedule_kernel
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 
-try:
-  import numba  # pylint: disable=g-import-not-at-top
-except ImportError:  # pragma: no cover - numba is an install requirement
-  numba = None
-
-HAVE_NUMBA = numba is not None
 _GIB = float(1 << 30)
-
-
-def _jit(function):
-  """Compiles `function` with numba (cached on disk) when numba is present.
-
-  Without numba the same code runs as plain Python: correct but ~100x slower.
-  """
-  if numba is None:
-    return function
-  return numba.njit(cache=True, nogil=True, error_model="numpy")(function)
 
 
 # ---- results ---------------------------------------------------------------
@@ -337,10 +323,10 @@ def _build_tables(graph: op_graph.OpGraph,
                      (allowed is None or device.kind in allowed)
                      for allowed in graph.device_kinds]
   pin_ok = np.ones((n, d), np.bool_)
-  specs = [parse_device(name) for name in topology.device_names]
+  specs = [device_names.parse_device(name) for name in topology.device_names]
   for pin in set(p for p in graph.pinned_devices if p is not None):
-    wanted = parse_device(pin)
-    row = np.array([device_matches(wanted, spec) for spec in specs])
+    wanted = device_names.parse_device(pin)
+    row = np.array([device_names.device_matches(wanted, spec) for spec in specs])
     rows = [i for i, p in enumerate(graph.pinned_devices) if p == pin]
     pin_ok[rows] = row
   bandwidth = topology.bandwidth_gbps.astype(np.float64) * 1e3
@@ -356,48 +342,6 @@ def _build_tables(graph: op_graph.OpGraph,
       table_bytes=np.ascontiguousarray(table_bytes, np.float64),
       table_us=np.ascontiguousarray(table_us, np.float64), kind_ok=kind_ok, pin_ok=pin_ok,
       capacity_bytes=topology.memory_bytes)
-
-
-# ---- TF device strings -----------------------------------------------------
-
-_LEGACY_DEVICE = re.compile(r"^(cpu|gpu|tpu)(?::(\d+|\*))?$", re.IGNORECASE)
-
-
-def parse_device(spec: str) -> dict:
-  """Fields of a TF device string: job, replica, task, type, index.
-
-  Accepts full names (`/job:w/replica:0/task:1/device:GPU:0`), partial ones
-  (`/device:GPU:1`, `/job:worker/task:1`, `/gpu:0`) and `*` wildcards. Only
-  the fields present are returned, so a pin constrains just what it names.
-  """
-  fields = {}
-  for part in spec.strip().split("/"):
-    if not part:
-      continue
-    key, _, rest = part.partition(":")
-    key = key.lower()
-    if key in ("job", "replica", "task"):
-      if rest and rest != "*":
-        fields[key] = rest if key == "job" else str(int(rest))
-    elif key == "device":
-      kind, _, index = rest.partition(":")
-      if kind and kind != "*":
-        fields["type"] = kind.upper()
-      if index and index != "*":
-        fields["index"] = str(int(index))
-    elif _LEGACY_DEVICE.match(part):
-      kind, _, index = part.partition(":")
-      fields["type"] = kind.upper()
-      if index and index != "*":
-        fields["index"] = str(int(index))
-    else:
-      raise errors.InputError(f"{spec!r} is not a TF device string")
-  return fields
-
-
-def device_matches(wanted: dict, device: dict) -> bool:
-  """Whether a device (parsed) satisfies every field of a (partial) spec."""
-  return all(device.get(key) == value for key, value in wanted.items())
 
 
 # ---- the public entry points -----------------------------------------------
@@ -425,8 +369,8 @@ def simulate(graph: op_graph.OpGraph, placement,
   plan = prepare(graph)
   tables = device_tables(graph, topology)
   placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
-  out = _simulate_core(placement, topology.num_devices, *_plan_args(plan),
-                       *_link_args(tables))
+  out = schedule_kernel.run(placement, topology.num_devices,
+                            *schedule_kernel.arguments(plan, tables))
   (step, busy, peak, moved, count, op_start, op_end,
    x_tensor, x_src, x_dst, x_start, x_end) = out
   problems = constraint_problems(graph, placement, topology)
@@ -463,12 +407,12 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
   peak = np.empty((batch, d), np.int64)
   moved = np.empty(batch, np.int64)
   count = np.empty(batch, np.int64)
-  args = _plan_args(plan)
+  args = schedule_kernel.arguments(plan, tables)
   for b in range(batch):
     # A Python loop costs ~10 us per row against milliseconds of core time,
     # and spares compiling a second (batched) copy of the core.
-    step[b], busy[b], peak[b], moved[b], count[b] = _simulate_core(
-        placements[b], d, *args, *_link_args(tables))[:5]
+    step[b], busy[b], peak[b], moved[b], count[b] = schedule_kernel.run(
+        placements[b], d, *args)[:5]
   fits = np.all(peak <= tables.capacity_bytes[None, :], axis=1)
   satisfied = constraints_hold(plan, tables, placements)
   return BatchSimResult(
@@ -494,19 +438,6 @@ def _check_placement(placement, n: int, d: int, ndim: int = 1) -> np.ndarray:
     raise errors.InputError(
         f"placement names device {bad}; the topology has {d} devices")
   return array
-
-
-def _link_args(tables: DeviceTables) -> tuple:
-  return (tables.duration_us, tables.latency_us, tables.bytes_per_us,
-          tables.table_bytes, tables.table_us)
-
-
-def _plan_args(plan: SimulatorPlan) -> tuple:
-  return (plan.rank, plan.order, plan.in_ptr, plan.in_edges, plan.out_ptr,
-          plan.out_edges, plan.edge_src, plan.edge_dst, plan.edge_tensor,
-          plan.tensor_src, plan.tensor_bytes, plan.tensor_edge_ptr,
-          plan.tensor_edges, plan.node_tensor_ptr, plan.output_bytes,
-          plan.temp_bytes, plan.memory_bytes, plan.is_fetch)
 
 
 # ---- validity --------------------------------------------------------------
@@ -566,521 +497,3 @@ def memory_problems(peak_bytes: np.ndarray,
 
 def _more(count: int) -> str:
   return f" (and {count - 1} more ops)" if count > 1 else ""
-
-
-# ---- the compiled core -----------------------------------------------------
-#
-# Event codes: an op end is its topological rank (< n), a transfer end is
-# n + transfer id, a control signal arrival is n + m + edge id. The event heap
-# orders by (time, code), so at one instant op ends come first (by rank),
-# then transfer ends (in creation order), then control arrivals.
-
-
-@_jit
-def _less(t1, c1, t2, c2):
-  return t1 < t2 or (t1 == t2 and c1 < c2)
-
-
-@_jit
-def _event_push(times, codes, size, t, c):
-  """Pushes (t, c) on the binary min-heap times/codes[:size]; new size."""
-  i = size
-  while i > 0:
-    parent = (i - 1) >> 1
-    if not _less(t, c, times[parent], codes[parent]):
-      break
-    times[i] = times[parent]
-    codes[i] = codes[parent]
-    i = parent
-  times[i] = t
-  codes[i] = c
-  return size + 1
-
-
-@_jit
-def _event_pop(times, codes, size):
-  """Removes the minimum (read times[0], codes[0] first); new size."""
-  size -= 1
-  t = times[size]
-  c = codes[size]
-  i = 0
-  while True:
-    child = 2 * i + 1
-    if child >= size:
-      break
-    right = child + 1
-    if right < size and _less(times[right], codes[right], times[child],
-                              codes[child]):
-      child = right
-    if not _less(times[child], codes[child], t, c):
-      break
-    times[i] = times[child]
-    codes[i] = codes[child]
-    i = child
-  times[i] = t
-  codes[i] = c
-  return size
-
-
-@_jit
-def _rank_push(heap, base, size, key):
-  """Pushes `key` on the min-heap heap[base:base + size]; new size."""
-  i = size
-  while i > 0:
-    parent = (i - 1) >> 1
-    if heap[base + parent] <= key:
-      break
-    heap[base + i] = heap[base + parent]
-    i = parent
-  heap[base + i] = key
-  return size + 1
-
-
-@_jit
-def _rank_pop(heap, base, size):
-  """Pops the minimum of heap[base:base + size]; (minimum, new size)."""
-  top = heap[base]
-  size -= 1
-  key = heap[base + size]
-  i = 0
-  while True:
-    child = 2 * i + 1
-    if child >= size:
-      break
-    if child + 1 < size and heap[base + child + 1] < heap[base + child]:
-      child += 1
-    if heap[base + child] >= key:
-      break
-    heap[base + i] = heap[base + child]
-    i = child
-  heap[base + i] = key
-  return top, size
-
-
-@_jit
-def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
-  """Transfer time on link s -> t; mirrors `Topology.transfer_us`."""
-  k = table_bytes.shape[0]
-  if k == 0:
-    return latency[s, t] + size / bytes_per_us[s, t]
-  if size >= table_bytes[k - 1]:
-    return table_us[s, t, k - 1] + (size - table_bytes[k - 1]) / bytes_per_us[s, t]
-  low_bytes = 0.0
-  low_us = latency[s, t]
-  for i in range(k):
-    if size <= table_bytes[i]:
-      return low_us + (table_us[s, t, i] - low_us) * (
-          (size - low_bytes) / (table_bytes[i] - low_bytes))
-    low_bytes = table_bytes[i]
-    low_us = table_us[s, t, i]
-  return low_us
-
-
-@_jit
-def _simulate_core(placement, d, rank, order, in_ptr, in_edges, out_ptr,
-                   out_edges, edge_src, edge_dst, edge_tensor, tensor_src,
-                   tensor_bytes, tensor_edge_ptr, tensor_edges,
-                   node_tensor_ptr, output_bytes, temp_bytes, memory_bytes,
-                   is_fetch, duration, latency, bytes_per_us, table_bytes,
-                   table_us):
-  """One placement; returns times, busy, peak memory and the transfers."""
-  n = rank.shape[0]
-  m = edge_src.shape[0]
-
-  # Transfers: one per (tensor, destination device), numbered in tensor
-  # order; out_ref counts what keeps a producer's outputs alive.
-  edge_xfer = np.empty(m, np.int64)
-  x_tensor = np.empty(m, np.int64)
-  x_src = np.empty(m, np.int64)
-  x_dst = np.empty(m, np.int64)
-  recv_ref = np.zeros(m, np.int64)
-  node_x_ptr = np.zeros(n + 1, np.int64)
-  out_ref = np.zeros(n, np.int64)
-  seen_tensor = np.full(d, -1, np.int64)
-  x_of_device = np.zeros(d, np.int64)
-  num_x = 0
-  for u in range(n):
-    pu = placement[u]
-    local = 0
-    for ti in range(node_tensor_ptr[u], node_tensor_ptr[u + 1]):
-      for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
-        e = tensor_edges[k]
-        dv = placement[edge_dst[e]]
-        if dv == pu:
-          local += 1
-          edge_xfer[e] = -1
-          continue
-        if seen_tensor[dv] != ti:
-          seen_tensor[dv] = ti
-          x_of_device[dv] = num_x
-          x_tensor[num_x] = ti
-          x_src[num_x] = pu
-          x_dst[num_x] = dv
-          num_x += 1
-        x = x_of_device[dv]
-        edge_xfer[e] = x
-        recv_ref[x] += 1
-    node_x_ptr[u + 1] = num_x
-    out_ref[u] = local + num_x - node_x_ptr[u]
-
-  # Per-link FIFO queues, packed: link l owns queue[link_base[l]:...].
-  link_base = np.zeros(d * d + 1, np.int64)
-  for x in range(num_x):
-    link_base[x_src[x] * d + x_dst[x] + 1] += 1
-  for l in range(d * d):
-    link_base[l + 1] += link_base[l]
-  queue = np.empty(max(num_x, 1), np.int64)
-  q_head = np.zeros(d * d, np.int64)
-  q_tail = np.zeros(d * d, np.int64)
-  link_busy = np.zeros(d * d, np.bool_)
-
-  # Per-device ready heaps of ranks, packed by device.
-  dev_base = np.zeros(d + 1, np.int64)
-  for v in range(n):
-    dev_base[placement[v] + 1] += 1
-  for j in range(d):
-    dev_base[j + 1] += dev_base[j]
-  ready = np.empty(max(n, 1), np.int64)
-  ready_size = np.zeros(d, np.int64)
-  dev_busy = np.zeros(d, np.bool_)
-
-  memory = np.zeros(d, np.int64)
-  for v in range(n):
-    memory[placement[v]] += memory_bytes[v]
-  peak = memory.copy()
-  busy_us = np.zeros(d, np.float64)
-
-  pending = np.empty(n, np.int64)
-  for v in range(n):
-    pending[v] = in_ptr[v + 1] - in_ptr[v]
-    if pending[v] == 0:
-      j = placement[v]
-      ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j], rank[v])
-
-  ev_time = np.empty(n + m + 1, np.float64)
-  ev_code = np.empty(n + m + 1, np.int64)
-  ev_size = 0
-  op_start = np.zeros(n, np.float64)
-  op_end = np.zeros(n, np.float64)
-  x_start = np.zeros(max(num_x, 1), np.float64)
-  x_end = np.zeros(max(num_x, 1), np.float64)
-
-  dirty_dev = np.ones(d, np.bool_)
-  dirty_devs = np.arange(d).astype(np.int64)
-  num_dirty_dev = d
-  dirty_link = np.zeros(d * d, np.bool_)
-  dirty_links = np.empty(d * d, np.int64)
-  num_dirty_link = 0
-  moved = 0
-  now = 0.0
-
-  while True:
-    # Dispatch: idle devices take their best-ranked ready op, idle links
-    # their oldest queued transfer. Only allocations happen here.
-    for k in range(num_dirty_dev):
-      j = dirty_devs[k]
-      dirty_dev[j] = False
-      if dev_busy[j] or ready_size[j] == 0:
-        continue
-      r, ready_size[j] = _rank_pop(ready, dev_base[j], ready_size[j])
-      v = order[r]
-      dev_busy[j] = True
-      op_start[v] = now
-      op_end[v] = now + duration[v, j]
-      busy_us[j] += duration[v, j]
-      memory[j] += output_bytes[v] + temp_bytes[v]
-      if memory[j] > peak[j]:
-        peak[j] = memory[j]
-      ev_size = _event_push(ev_time, ev_code, ev_size, op_end[v], r)
-    num_dirty_dev = 0
-    for k in range(num_dirty_link):
-      l = dirty_links[k]
-      dirty_link[l] = False
-      if link_busy[l] or q_head[l] == q_tail[l]:
-        continue
-      x = queue[link_base[l] + q_head[l]]
-      q_head[l] += 1
-      link_busy[l] = True
-      s = x_src[x]
-      dv = x_dst[x]
-      size = tensor_bytes[x_tensor[x]]
-      x_start[x] = now
-      x_end[x] = now + _link_us(s, dv, size, latency, bytes_per_us,
-                                table_bytes, table_us)
-      moved += size
-      memory[dv] += size
-      if memory[dv] > peak[dv]:
-        peak[dv] = memory[dv]
-      ev_size = _event_push(ev_time, ev_code, ev_size, x_end[x], n + x)
-    num_dirty_link = 0
-
-    if ev_size == 0:
-      break
-    now = ev_time[0]
-    # Apply every event at this instant (frees, readiness, queueing).
-    while ev_size > 0 and ev_time[0] == now:
-      code = ev_code[0]
-      ev_size = _event_pop(ev_time, ev_code, ev_size)
-      if code < n:
-        v = order[code]
-        j = placement[v]
-        dev_busy[j] = False
-        if not dirty_dev[j]:
-          dirty_dev[j] = True
-          dirty_devs[num_dirty_dev] = j
-          num_dirty_dev += 1
-        memory[j] -= temp_bytes[v]
-        if out_ref[v] == 0 and not is_fetch[v]:
-          memory[j] -= output_bytes[v]
-        for k in range(in_ptr[v], in_ptr[v + 1]):
-          e = in_edges[k]
-          if edge_tensor[e] < 0:
-            continue
-          u = edge_src[e]
-          if placement[u] == j:
-            out_ref[u] -= 1
-            if out_ref[u] == 0 and not is_fetch[u]:
-              memory[j] -= output_bytes[u]
-          else:
-            x = edge_xfer[e]
-            recv_ref[x] -= 1
-            if recv_ref[x] == 0:
-              memory[j] -= tensor_bytes[x_tensor[x]]
-        for k in range(out_ptr[v], out_ptr[v + 1]):
-          e = out_edges[k]
-          w = edge_dst[e]
-          jw = placement[w]
-          if jw == j:
-            pending[w] -= 1
-            if pending[w] == 0:
-              ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
-                                         rank[w])
-          elif edge_tensor[e] < 0:
-            ev_size = _event_push(ev_time, ev_code, ev_size,
-                                  now + latency[j, jw], n + m + e)
-        for x in range(node_x_ptr[v], node_x_ptr[v + 1]):
-          l = x_src[x] * d + x_dst[x]
-          queue[link_base[l] + q_tail[l]] = x
-          q_tail[l] += 1
-          if not dirty_link[l]:
-            dirty_link[l] = True
-            dirty_links[num_dirty_link] = l
-            num_dirty_link += 1
-      elif code < n + m:
-        x = code - n
-        l = x_src[x] * d + x_dst[x]
-        link_busy[l] = False
-        if not dirty_link[l]:
-          dirty_link[l] = True
-          dirty_links[num_dirty_link] = l
-          num_dirty_link += 1
-        dv = x_dst[x]
-        ti = x_tensor[x]
-        for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
-          w = edge_dst[tensor_edges[k]]
-          if placement[w] != dv:
-            continue
-          pending[w] -= 1
-          if pending[w] == 0:
-            ready_size[dv] = _rank_push(ready, dev_base[dv], ready_size[dv],
-                                        rank[w])
-            if not dirty_dev[dv]:
-              dirty_dev[dv] = True
-              dirty_devs[num_dirty_dev] = dv
-              num_dirty_dev += 1
-        u = tensor_src[ti]
-        out_ref[u] -= 1
-        if out_ref[u] == 0 and not is_fetch[u]:
-          memory[placement[u]] -= output_bytes[u]
-      else:
-        w = edge_dst[code - n - m]
-        pending[w] -= 1
-        if pending[w] == 0:
-          j = placement[w]
-          ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j], rank[w])
-          if not dirty_dev[j]:
-            dirty_dev[j] = True
-            dirty_devs[num_dirty_dev] = j
-            num_dirty_dev += 1
-
-  return (now, busy_us, peak, moved, num_x, op_start, op_end,
-          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start[:num_x],
-          x_end[:num_x])
-
-
-# ---- the plain-Python reference ------------------------------------------
-
-
-def simulate_reference(graph: op_graph.OpGraph, placement,
-                       topology: topology_lib.Topology) -> dict:
-  """The same model written plainly (dicts, sets, heapq), for cross-checks.
-
-  Slow (pure Python); returns a dict with step_time_us, device_busy_us,
-  peak_memory_bytes, transfer_bytes, num_transfers, op_start_us, op_end_us.
-  """
-  placement = [int(p) for p in placement]
-  return _ReferenceRun(graph, placement, topology).run()
-
-
-class _ReferenceRun:
-  """State of one reference simulation."""
-
-  def __init__(self, graph, placement, topology):
-    self.graph = graph
-    self.place = placement
-    self.topo = topology
-    n = graph.num_nodes
-    self.rank = {int(v): r for r, v in enumerate(graph.topo_order)}
-    self.edges = [(int(s), int(t), int(b), int(o)) for s, t, b, o in zip(
-        graph.edge_src, graph.edge_dst, graph.edge_bytes, graph.edge_output)]
-    self.tensor_size = {}
-    consumers = {}  # (src, slot) -> [edge ids]
-    for e, (s, _, b, o) in enumerate(self.edges):
-      if o >= 0:
-        key = (s, o)
-        self.tensor_size[key] = max(self.tensor_size.get(key, 0), b)
-        consumers.setdefault(key, []).append(e)
-    self.consumers = consumers
-    self.pending = [0] * n
-    for _, t, _, _ in self.edges:
-      self.pending[t] += 1
-    self.fetch = {graph.node_index[f] for f in graph.fetches}
-    # Transfers: (tensor, dst device), created in (src, slot, edge id) order.
-    self.transfers = []
-    self.transfer_id = {}
-    self.holders = [0] * n  # what keeps each op's outputs alive
-    self.receivers = {}  # transfer id -> consumer edges still to finish
-    for key in sorted(consumers):
-      s = key[0]
-      for e in consumers[key]:
-        dst_dev = self.place[self.edges[e][1]]
-        if dst_dev == self.place[s]:
-          self.holders[s] += 1
-          continue
-        if (key, dst_dev) not in self.transfer_id:
-          self.transfer_id[(key, dst_dev)] = len(self.transfers)
-          self.transfers.append((key, self.place[s], dst_dev))
-          self.holders[s] += 1
-        x = self.transfer_id[(key, dst_dev)]
-        self.receivers[x] = self.receivers.get(x, 0) + 1
-    d = topology.num_devices
-    self.memory = [0] * d
-    for v in range(n):
-      self.memory[self.place[v]] += int(graph.memory_bytes[v])
-    self.peak = list(self.memory)
-    self.busy = [0.0] * d
-    self.ready = [[] for _ in range(d)]
-    self.device_idle = [True] * d
-    self.link_queue = {}
-    self.link_idle = {}
-    self.events = []
-    self.start = [0.0] * n
-    self.end = [0.0] * n
-    self.moved = 0
-
-  def duration(self, v, j):
-    device = self.topo.devices[j]
-    costs = self.graph.costs
-    cost = (costs[device.kind][v] if device.kind in costs
-            else max(c[v] for c in costs.values()))
-    return float(cost) / device.speed
-
-  def alloc(self, j, nbytes):
-    self.memory[j] += nbytes
-    self.peak[j] = max(self.peak[j], self.memory[j])
-
-  def make_ready(self, v):
-    heapq.heappush(self.ready[self.place[v]], (self.rank[v], v))
-
-  def run(self) -> dict:
-    for v in range(self.graph.num_nodes):
-      if self.pending[v] == 0:
-        self.make_ready(v)
-    now = 0.0
-    while True:
-      self.dispatch(now)
-      if not self.events:
-        break
-      now = self.events[0][0]
-      while self.events and self.events[0][0] == now:
-        _, kind, _, payload = heapq.heappop(self.events)
-        (self.on_op, self.on_transfer, self.on_signal)[kind](now, payload)
-    return {"step_time_us": now, "device_busy_us": self.busy,
-            "peak_memory_bytes": self.peak, "transfer_bytes": self.moved,
-            "num_transfers": len(self.transfers),
-            "op_start_us": self.start, "op_end_us": self.end}
-
-  def dispatch(self, now):
-    for j in range(self.topo.num_devices):
-      if self.device_idle[j] and self.ready[j]:
-        _, v = heapq.heappop(self.ready[j])
-        self.device_idle[j] = False
-        took = self.duration(v, j)
-        self.start[v], self.end[v] = now, now + took
-        self.busy[j] += took
-        self.alloc(j, int(self.graph.output_bytes[v]) +
-                   int(self.graph.temp_bytes[v]))
-        heapq.heappush(self.events, (now + took, 0, self.rank[v], v))
-    for link, waiting in self.link_queue.items():
-      if self.link_idle.get(link, True) and waiting:
-        x = waiting.pop(0)
-        self.link_idle[link] = False
-        key, src_dev, dst_dev = self.transfers[x]
-        size = self.tensor_size[key]
-        self.moved += size
-        self.alloc(dst_dev, size)
-        done = now + self.topo.transfer_us(src_dev, dst_dev, size)
-        heapq.heappush(self.events, (done, 1, x, x))
-
-  def on_op(self, now, v):  # pylint: disable=unused-argument
-    j = self.place[v]
-    self.device_idle[j] = True
-    self.memory[j] -= int(self.graph.temp_bytes[v])
-    if self.holders[v] == 0 and v not in self.fetch:
-      self.memory[j] -= int(self.graph.output_bytes[v])
-    for e, (s, t, _, o) in enumerate(self.edges):
-      if t == v and o >= 0:
-        self.release_input(s, o, j)
-    for e, (s, t, _, o) in enumerate(self.edges):
-      if s != v:
-        continue
-      if self.place[t] == j:
-        self.satisfy(t)
-      elif o < 0:
-        arrive = now + float(self.topo.latency_us[j, self.place[t]])
-        heapq.heappush(self.events, (arrive, 2, e, t))
-    for x, (key, src_dev, dst_dev) in enumerate(self.transfers):
-      if key[0] == v:
-        self.link_queue.setdefault((src_dev, dst_dev), []).append(x)
-
-  def release_input(self, s, slot, j):
-    if self.place[s] == j:
-      self.holders[s] -= 1
-      if self.holders[s] == 0 and s not in self.fetch:
-        self.memory[j] -= int(self.graph.output_bytes[s])
-      return
-    x = self.transfer_id[((s, slot), j)]
-    self.receivers[x] -= 1
-    if self.receivers[x] == 0:
-      self.memory[j] -= self.tensor_size[(s, slot)]
-
-  def on_transfer(self, now, x):  # pylint: disable=unused-argument
-    key, src_dev, dst_dev = self.transfers[x]
-    self.link_idle[(src_dev, dst_dev)] = True
-    for e in self.consumers[key]:
-      t = self.edges[e][1]
-      if self.place[t] == dst_dev:
-        self.satisfy(t)
-    s = key[0]
-    self.holders[s] -= 1
-    if self.holders[s] == 0 and s not in self.fetch:
-      self.memory[self.place[s]] -= int(self.graph.output_bytes[s])
-
-  def on_signal(self, now, t):  # pylint: disable=unused-argument
-    self.satisfy(t)
-
-  def satisfy(self, t):
-    self.pending[t] -= 1
-    if self.pending[t] == 0:
-      self.make_ready(t)
-

@@ -7,7 +7,7 @@ extract a flat MetaGraphDef, then cost it for a device preset.
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Mapping, Optional
 
 from grappler_bridge import limits
 
@@ -64,13 +64,27 @@ def load_model(model: str, *, knobs: str = "", devices: str = presets.DEFAULT,
   return LoadedGraph(graph, extracted)
 
 
-def cost(extracted, *, name: str, devices: str, cross_check: bool = False,
-         metadata: Optional[dict] = None) -> op_graph.OpGraph:
-  """Costs an extracted TF graph for a device preset and builds the OpGraph."""
+def cost(extracted, *, name: str, devices, cross_check: bool = False,
+         metadata: Optional[dict] = None,
+         pinned: Optional[Mapping[str, str]] = None) -> op_graph.OpGraph:
+  """Costs an extracted TF graph for a device preset and builds the OpGraph.
+
+  Args:
+    extracted: the flat graph (`grappler_bridge.extract.ExtractedGraph`).
+    name: the graph's name.
+    devices: a preset name or topology file, or a `Topology` built in code;
+      its `hardware` prices each device kind.
+    cross_check: also run Grappler's analytical model (see `costs`).
+    metadata: more metadata for the graph.
+    pinned: node name -> TF device string the placer must keep.
+  """
   from grappler_bridge import costs  # pylint: disable=g-import-not-at-top
+  if isinstance(devices, str):
+    hardware, label = presets.kind_hardware(devices), devices
+  else:
+    hardware, label = presets.topology_hardware(devices), devices.name
   document = costs.op_graph_document(
-      extracted, presets.kind_hardware(devices), name=name,
-      cross_check=cross_check)
+      extracted, hardware, name=name, pinned=pinned, cross_check=cross_check)
   document.setdefault("metadata", {}).update(
-      {"devices": devices, **(metadata or {})})
+      {"devices": label, **(metadata or {})})
   return json_io.from_document(document)

@@ -9,7 +9,8 @@ Modules: `environment` (the one-step tf-agents bandit and its reward
 backends), `actor_network` (tf-agents actor and critic around the policy),
 `ppo` (the PPO agent), `train_lib` (the training loop, checkpoints,
 pretrain / finetune / zeroshot), `graph_sets` (training graph specs),
-`outputs` (placement files). Importing this package imports TensorFlow.
+`outputs` (best placements: placement files and checkpoint records).
+Importing this package imports TensorFlow.
 """
 
 from tf_gdp.rl.environment import BACKENDS

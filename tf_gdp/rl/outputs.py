@@ -1,21 +1,19 @@
-"""What training writes besides checkpoints: placement files and best records.
+"""What training writes besides checkpoints: best placements.
 
-Placement file (JSON, written atomically; DESIGN.md section 5):
+A task's best placement is a placement file (`tf_gdp.placement_file`) with
+training's own fields:
 
-  {"format": "tf-gdp-placement", "version": 1, "method": "gdp",
-   "graph": name, "graph_fingerprint": sha256 hex, "topology": name,
-   "devices": [device names], "step_time_us": float, "step_time_source":
-   "simulate" | "measure", "reference": {"method", "step_time_us"
-   (simulated), "measured_us" (when it was measured)},
-   "speedup_vs_reference": float (same source as step_time_us), "evaluation": int, "command": str,
-   "placement": {op name: device name}, "group_devices": [int, ...]}
+  "evaluation": int (the evaluation that found it),
+  "reference": {"method", "step_time_us" (simulated), "measured_us" (when
+  it was measured)}, "speedup_vs_reference": float (same source as
+  step_time_us), "group_devices": [int, ...]
 
 `group_devices` (the policy's action, one device per colocation group in
 the policy inputs' group order) lets a resumed run reinstate the placement
-as its best without re-deriving groups from names.
+as its best without re-deriving groups from names. The checkpoint keeps the
+same best as a `best_record`.
 """
 
-import json
 import math
 import os
 import sys
@@ -23,13 +21,10 @@ from typing import Optional
 
 import numpy as np
 
-from tf_gdp import fileio
+from tf_gdp import errors
+from tf_gdp import placement_file
 from tf_gdp.graph import identity
 from tf_gdp.rl import environment
-
-FORMAT = "tf-gdp-placement"
-VERSION = 1
-
 
 graph_fingerprint = identity.graph_fingerprint
 safe_name = identity.safe_name
@@ -41,41 +36,36 @@ def placement_document(task: environment.PlacementTask,
                        method: str = "gdp",
                        command: Optional[str] = None,
                        reference_measured_us: Optional[float] = None) -> dict:
-  names = task.topology.device_names
-  doc = {
-      "format": FORMAT, "version": VERSION, "method": method,
-      "graph": task.graph.name,
-      "graph_fingerprint": graph_fingerprint(task.graph),
-      "topology": task.topology.name,
-      "devices": names,
-      "step_time_us": float(best.step_time_us),
-      "step_time_source": best.source,
-      "evaluation": int(best.evaluation),
-      "command": command if command is not None else " ".join(sys.argv),
-      "placement": {op: names[int(d)] for op, d in
-                    zip(task.graph.node_names, best.placement)},
-      "group_devices": [int(d) for d in best.group_devices],
-  }
+  """The placement file of a task's best (`command` None: this process's)."""
+  fields = {"evaluation": int(best.evaluation),
+            "group_devices": [int(d) for d in best.group_devices]}
   if reference is not None:
-    doc["reference"] = {"method": reference.method,
-                        "step_time_us": float(reference.step_time_us)}
+    fields["reference"] = {"method": reference.method,
+                           "step_time_us": float(reference.step_time_us)}
     if reference_measured_us is not None:
-      doc["reference"]["measured_us"] = float(reference_measured_us)
-    judge = (reference.step_time_us if best.source == "simulate"
+      fields["reference"]["measured_us"] = float(reference_measured_us)
+    judge = (reference.step_time_us if best.source == placement_file.SIMULATE
              else reference_measured_us)
     if judge and best.step_time_us > 0:
-      doc["speedup_vs_reference"] = judge / best.step_time_us
-  return doc
+      fields["speedup_vs_reference"] = judge / best.step_time_us
+  return placement_file.document(
+      task.graph, task.topology.device_names, best.placement,
+      topology_name=task.topology.name, method=method,
+      step_time_us=best.step_time_us, step_time_source=best.source,
+      command=command if command is not None else " ".join(sys.argv),
+      fields=fields)
 
 
 def write_placement(path: str, task: environment.PlacementTask,
                     best: environment.Best,
                     reference: Optional[environment.Reference] = None,
                     method: str = "gdp",
-                    reference_measured_us: Optional[float] = None) -> None:
-  fileio.write_atomically(path, json.dumps(placement_document(
-      task, best, reference, method,
-      reference_measured_us=reference_measured_us), indent=1))
+                    reference_measured_us: Optional[float] = None,
+                    command: Optional[str] = None) -> None:
+  """Writes `placement_document` to `path` atomically."""
+  placement_file.write(path, placement_document(
+      task, best, reference, method, command=command,
+      reference_measured_us=reference_measured_us))
 
 
 def read_best(path: str, task: environment.PlacementTask,
@@ -84,15 +74,13 @@ def read_best(path: str, task: environment.PlacementTask,
   if not os.path.isfile(path):
     return None
   try:
-    with open(path, encoding="utf-8") as f:
-      doc = json.load(f)
-  except (OSError, ValueError):
+    loaded = placement_file.read(path)
+  except errors.InputError:
     return None
-  if (doc.get("format") != FORMAT or
-      doc.get("graph_fingerprint") != graph_fingerprint(task.graph) or
-      doc.get("topology") != task.topology.name):
+  if (loaded.graph_fingerprint != graph_fingerprint(task.graph) or
+      loaded.topology_name != task.topology.name):
     return None
-  return best_from_record(doc, inputs)
+  return best_from_record(loaded.document, inputs)
 
 
 def best_record(best: environment.Best) -> dict:

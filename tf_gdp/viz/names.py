@@ -8,7 +8,7 @@ the parts that tell items apart.
 import numpy as np
 
 from tf_gdp import errors
-from tf_gdp.cost import simulator
+from tf_gdp.cost import device_names as device_names_lib
 
 # Scopes that wrap a whole phase of a step rather than naming a part of the
 # model; their ops are grouped by the wrapper plus the next component
@@ -35,7 +35,7 @@ def short_device_names(device_names) -> list:
   names would collide.
   """
   try:
-    specs = [simulator.parse_device(name) for name in device_names]
+    specs = [device_names_lib.parse_device(name) for name in device_names]
   except errors.InputError:
     return list(device_names)
   varying = [key for key in ("job", "replica", "task")

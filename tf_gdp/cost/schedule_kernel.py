@@ -1,0 +1,369 @@
+"""The simulator's event loop, compiled: one placement over flat arrays.
+
+`simulator` owns the model, the precomputation and the results; this module
+is only the per-placement pass it calls thousands of times per graph, with
+the binary heaps it runs on. Everything here is numba-compiled
+(`compiled.jit`) and takes numpy arrays only.
+
+Event codes: an op end is its topological rank (< n), a transfer end is
+n + transfer id, a control signal arrival is n + m + edge id. The event heap
+orders by (time, code), so at one instant op ends come first (by rank),
+then transfer ends (in creation order), then control arrivals.
+"""
+
+import numpy as np
+
+from tf_gdp.cost import compiled
+
+
+def arguments(plan, tables) -> tuple:
+  """`run`'s arguments after the placement and the device count.
+
+  Args:
+    plan: the graph's `simulator.SimulatorPlan`.
+    tables: the graph x topology `simulator.DeviceTables`.
+  """
+  return (plan.rank, plan.order, plan.in_ptr, plan.in_edges, plan.out_ptr,
+          plan.out_edges, plan.edge_src, plan.edge_dst, plan.edge_tensor,
+          plan.tensor_src, plan.tensor_bytes, plan.tensor_edge_ptr,
+          plan.tensor_edges, plan.node_tensor_ptr, plan.output_bytes,
+          plan.temp_bytes, plan.memory_bytes, plan.is_fetch,
+          tables.duration_us, tables.latency_us, tables.bytes_per_us,
+          tables.table_bytes, tables.table_us)
+
+
+@compiled.jit
+def _less(t1, c1, t2, c2):
+  return t1 < t2 or (t1 == t2 and c1 < c2)
+
+
+@compiled.jit
+def _event_push(times, codes, size, t, c):
+  """Pushes (t, c) on the binary min-heap times/codes[:size]; new size."""
+  i = size
+  while i > 0:
+    parent = (i - 1) >> 1
+    if not _less(t, c, times[parent], codes[parent]):
+      break
+    times[i] = times[parent]
+    codes[i] = codes[parent]
+    i = parent
+  times[i] = t
+  codes[i] = c
+  return size + 1
+
+
+@compiled.jit
+def _event_pop(times, codes, size):
+  """Removes the minimum (read times[0], codes[0] first); new size."""
+  size -= 1
+  t = times[size]
+  c = codes[size]
+  i = 0
+  while True:
+    child = 2 * i + 1
+    if child >= size:
+      break
+    right = child + 1
+    if right < size and _less(times[right], codes[right], times[child],
+                              codes[child]):
+      child = right
+    if not _less(times[child], codes[child], t, c):
+      break
+    times[i] = times[child]
+    codes[i] = codes[child]
+    i = child
+  times[i] = t
+  codes[i] = c
+  return size
+
+
+@compiled.jit
+def _rank_push(heap, base, size, key):
+  """Pushes `key` on the min-heap heap[base:base + size]; new size."""
+  i = size
+  while i > 0:
+    parent = (i - 1) >> 1
+    if heap[base + parent] <= key:
+      break
+    heap[base + i] = heap[base + parent]
+    i = parent
+  heap[base + i] = key
+  return size + 1
+
+
+@compiled.jit
+def _rank_pop(heap, base, size):
+  """Pops the minimum of heap[base:base + size]; (minimum, new size)."""
+  top = heap[base]
+  size -= 1
+  key = heap[base + size]
+  i = 0
+  while True:
+    child = 2 * i + 1
+    if child >= size:
+      break
+    if child + 1 < size and heap[base + child + 1] < heap[base + child]:
+      child += 1
+    if heap[base + child] >= key:
+      break
+    heap[base + i] = heap[base + child]
+    i = child
+  heap[base + i] = key
+  return top, size
+
+
+@compiled.jit
+def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
+  """Transfer time on link s -> t; mirrors `Topology.transfer_us`."""
+  k = table_bytes.shape[0]
+  if k == 0:
+    return latency[s, t] + size / bytes_per_us[s, t]
+  if size >= table_bytes[k - 1]:
+    return table_us[s, t, k - 1] + (size - table_bytes[k - 1]) / bytes_per_us[s, t]
+  low_bytes = 0.0
+  low_us = latency[s, t]
+  for i in range(k):
+    if size <= table_bytes[i]:
+      return low_us + (table_us[s, t, i] - low_us) * (
+          (size - low_bytes) / (table_bytes[i] - low_bytes))
+    low_bytes = table_bytes[i]
+    low_us = table_us[s, t, i]
+  return low_us
+
+
+@compiled.jit
+def run(placement, d, rank, order, in_ptr, in_edges, out_ptr, out_edges,
+        edge_src, edge_dst, edge_tensor, tensor_src, tensor_bytes,
+        tensor_edge_ptr, tensor_edges, node_tensor_ptr, output_bytes,
+        temp_bytes, memory_bytes, is_fetch, duration, latency, bytes_per_us,
+        table_bytes, table_us):
+  """Simulates one placement on `d` devices (arrays from `arguments`).
+
+  Returns:
+    (step time, busy us per device, peak bytes per device, bytes moved,
+    number of transfers, op start and end times, and per transfer: tensor id,
+    source and destination device, start and end time).
+  """
+  n = rank.shape[0]
+  m = edge_src.shape[0]
+
+  # Transfers: one per (tensor, destination device), numbered in tensor
+  # order; out_ref counts what keeps a producer's outputs alive.
+  edge_xfer = np.empty(m, np.int64)
+  x_tensor = np.empty(m, np.int64)
+  x_src = np.empty(m, np.int64)
+  x_dst = np.empty(m, np.int64)
+  recv_ref = np.zeros(m, np.int64)
+  node_x_ptr = np.zeros(n + 1, np.int64)
+  out_ref = np.zeros(n, np.int64)
+  seen_tensor = np.full(d, -1, np.int64)
+  x_of_device = np.zeros(d, np.int64)
+  num_x = 0
+  for u in range(n):
+    pu = placement[u]
+    local = 0
+    for ti in range(node_tensor_ptr[u], node_tensor_ptr[u + 1]):
+      for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
+        e = tensor_edges[k]
+        dv = placement[edge_dst[e]]
+        if dv == pu:
+          local += 1
+          edge_xfer[e] = -1
+          continue
+        if seen_tensor[dv] != ti:
+          seen_tensor[dv] = ti
+          x_of_device[dv] = num_x
+          x_tensor[num_x] = ti
+          x_src[num_x] = pu
+          x_dst[num_x] = dv
+          num_x += 1
+        x = x_of_device[dv]
+        edge_xfer[e] = x
+        recv_ref[x] += 1
+    node_x_ptr[u + 1] = num_x
+    out_ref[u] = local + num_x - node_x_ptr[u]
+
+  # Per-link FIFO queues, packed: link l owns queue[link_base[l]:...].
+  link_base = np.zeros(d * d + 1, np.int64)
+  for x in range(num_x):
+    link_base[x_src[x] * d + x_dst[x] + 1] += 1
+  for l in range(d * d):
+    link_base[l + 1] += link_base[l]
+  queue = np.empty(max(num_x, 1), np.int64)
+  q_head = np.zeros(d * d, np.int64)
+  q_tail = np.zeros(d * d, np.int64)
+  link_busy = np.zeros(d * d, np.bool_)
+
+  # Per-device ready heaps of ranks, packed by device.
+  dev_base = np.zeros(d + 1, np.int64)
+  for v in range(n):
+    dev_base[placement[v] + 1] += 1
+  for j in range(d):
+    dev_base[j + 1] += dev_base[j]
+  ready = np.empty(max(n, 1), np.int64)
+  ready_size = np.zeros(d, np.int64)
+  dev_busy = np.zeros(d, np.bool_)
+
+  memory = np.zeros(d, np.int64)
+  for v in range(n):
+    memory[placement[v]] += memory_bytes[v]
+  peak = memory.copy()
+  busy_us = np.zeros(d, np.float64)
+
+  pending = np.empty(n, np.int64)
+  for v in range(n):
+    pending[v] = in_ptr[v + 1] - in_ptr[v]
+    if pending[v] == 0:
+      j = placement[v]
+      ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j], rank[v])
+
+  ev_time = np.empty(n + m + 1, np.float64)
+  ev_code = np.empty(n + m + 1, np.int64)
+  ev_size = 0
+  op_start = np.zeros(n, np.float64)
+  op_end = np.zeros(n, np.float64)
+  x_start = np.zeros(max(num_x, 1), np.float64)
+  x_end = np.zeros(max(num_x, 1), np.float64)
+
+  dirty_dev = np.ones(d, np.bool_)
+  dirty_devs = np.arange(d).astype(np.int64)
+  num_dirty_dev = d
+  dirty_link = np.zeros(d * d, np.bool_)
+  dirty_links = np.empty(d * d, np.int64)
+  num_dirty_link = 0
+  moved = 0
+  now = 0.0
+
+  while True:
+    # Dispatch: idle devices take their best-ranked ready op, idle links
+    # their oldest queued transfer. Only allocations happen here.
+    for k in range(num_dirty_dev):
+      j = dirty_devs[k]
+      dirty_dev[j] = False
+      if dev_busy[j] or ready_size[j] == 0:
+        continue
+      r, ready_size[j] = _rank_pop(ready, dev_base[j], ready_size[j])
+      v = order[r]
+      dev_busy[j] = True
+      op_start[v] = now
+      op_end[v] = now + duration[v, j]
+      busy_us[j] += duration[v, j]
+      memory[j] += output_bytes[v] + temp_bytes[v]
+      if memory[j] > peak[j]:
+        peak[j] = memory[j]
+      ev_size = _event_push(ev_time, ev_code, ev_size, op_end[v], r)
+    num_dirty_dev = 0
+    for k in range(num_dirty_link):
+      l = dirty_links[k]
+      dirty_link[l] = False
+      if link_busy[l] or q_head[l] == q_tail[l]:
+        continue
+      x = queue[link_base[l] + q_head[l]]
+      q_head[l] += 1
+      link_busy[l] = True
+      s = x_src[x]
+      dv = x_dst[x]
+      size = tensor_bytes[x_tensor[x]]
+      x_start[x] = now
+      x_end[x] = now + _link_us(s, dv, size, latency, bytes_per_us,
+                                table_bytes, table_us)
+      moved += size
+      memory[dv] += size
+      if memory[dv] > peak[dv]:
+        peak[dv] = memory[dv]
+      ev_size = _event_push(ev_time, ev_code, ev_size, x_end[x], n + x)
+    num_dirty_link = 0
+
+    if ev_size == 0:
+      break
+    now = ev_time[0]
+    # Apply every event at this instant (frees, readiness, queueing).
+    while ev_size > 0 and ev_time[0] == now:
+      code = ev_code[0]
+      ev_size = _event_pop(ev_time, ev_code, ev_size)
+      if code < n:
+        v = order[code]
+        j = placement[v]
+        dev_busy[j] = False
+        if not dirty_dev[j]:
+          dirty_dev[j] = True
+          dirty_devs[num_dirty_dev] = j
+          num_dirty_dev += 1
+        memory[j] -= temp_bytes[v]
+        if out_ref[v] == 0 and not is_fetch[v]:
+          memory[j] -= output_bytes[v]
+        for k in range(in_ptr[v], in_ptr[v + 1]):
+          e = in_edges[k]
+          if edge_tensor[e] < 0:
+            continue
+          u = edge_src[e]
+          if placement[u] == j:
+            out_ref[u] -= 1
+            if out_ref[u] == 0 and not is_fetch[u]:
+              memory[j] -= output_bytes[u]
+          else:
+            x = edge_xfer[e]
+            recv_ref[x] -= 1
+            if recv_ref[x] == 0:
+              memory[j] -= tensor_bytes[x_tensor[x]]
+        for k in range(out_ptr[v], out_ptr[v + 1]):
+          e = out_edges[k]
+          w = edge_dst[e]
+          jw = placement[w]
+          if jw == j:
+            pending[w] -= 1
+            if pending[w] == 0:
+              ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
+                                         rank[w])
+          elif edge_tensor[e] < 0:
+            ev_size = _event_push(ev_time, ev_code, ev_size,
+                                  now + latency[j, jw], n + m + e)
+        for x in range(node_x_ptr[v], node_x_ptr[v + 1]):
+          l = x_src[x] * d + x_dst[x]
+          queue[link_base[l] + q_tail[l]] = x
+          q_tail[l] += 1
+          if not dirty_link[l]:
+            dirty_link[l] = True
+            dirty_links[num_dirty_link] = l
+            num_dirty_link += 1
+      elif code < n + m:
+        x = code - n
+        l = x_src[x] * d + x_dst[x]
+        link_busy[l] = False
+        if not dirty_link[l]:
+          dirty_link[l] = True
+          dirty_links[num_dirty_link] = l
+          num_dirty_link += 1
+        dv = x_dst[x]
+        ti = x_tensor[x]
+        for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
+          w = edge_dst[tensor_edges[k]]
+          if placement[w] != dv:
+            continue
+          pending[w] -= 1
+          if pending[w] == 0:
+            ready_size[dv] = _rank_push(ready, dev_base[dv], ready_size[dv],
+                                        rank[w])
+            if not dirty_dev[dv]:
+              dirty_dev[dv] = True
+              dirty_devs[num_dirty_dev] = dv
+              num_dirty_dev += 1
+        u = tensor_src[ti]
+        out_ref[u] -= 1
+        if out_ref[u] == 0 and not is_fetch[u]:
+          memory[placement[u]] -= output_bytes[u]
+      else:
+        w = edge_dst[code - n - m]
+        pending[w] -= 1
+        if pending[w] == 0:
+          j = placement[w]
+          ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j], rank[w])
+          if not dirty_dev[j]:
+            dirty_dev[j] = True
+            dirty_devs[num_dirty_dev] = j
+            num_dirty_dev += 1
+
+  return (now, busy_us, peak, moved, num_x, op_start, op_end,
+          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start[:num_x],
+          x_end[:num_x])

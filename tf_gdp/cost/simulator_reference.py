@@ -1,0 +1,186 @@
+"""The simulator's model written plainly (dicts, sets, heapq), for cross-checks.
+
+An independent implementation of the model that `simulator` documents: slow
+(pure Python, no precomputation), but short enough to read against the
+model's description. Tests check the compiled schedule against it.
+"""
+
+import heapq
+
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import op_graph
+
+
+def simulate_reference(graph: op_graph.OpGraph, placement,
+                       topology: topology_lib.Topology) -> dict:
+  """The same model written plainly (dicts, sets, heapq), for cross-checks.
+
+  Slow (pure Python); returns a dict with step_time_us, device_busy_us,
+  peak_memory_bytes, transfer_bytes, num_transfers, op_start_us, op_end_us.
+  """
+  placement = [int(p) for p in placement]
+  return _ReferenceRun(graph, placement, topology).run()
+
+
+class _ReferenceRun:
+  """State of one reference simulation."""
+
+  def __init__(self, graph, placement, topology):
+    self.graph = graph
+    self.place = placement
+    self.topo = topology
+    n = graph.num_nodes
+    self.rank = {int(v): r for r, v in enumerate(graph.topo_order)}
+    self.edges = [(int(s), int(t), int(b), int(o)) for s, t, b, o in zip(
+        graph.edge_src, graph.edge_dst, graph.edge_bytes, graph.edge_output)]
+    self.tensor_size = {}
+    consumers = {}  # (src, slot) -> [edge ids]
+    for e, (s, _, b, o) in enumerate(self.edges):
+      if o >= 0:
+        key = (s, o)
+        self.tensor_size[key] = max(self.tensor_size.get(key, 0), b)
+        consumers.setdefault(key, []).append(e)
+    self.consumers = consumers
+    self.pending = [0] * n
+    for _, t, _, _ in self.edges:
+      self.pending[t] += 1
+    self.fetch = {graph.node_index[f] for f in graph.fetches}
+    # Transfers: (tensor, dst device), created in (src, slot, edge id) order.
+    self.transfers = []
+    self.transfer_id = {}
+    self.holders = [0] * n  # what keeps each op's outputs alive
+    self.receivers = {}  # transfer id -> consumer edges still to finish
+    for key in sorted(consumers):
+      s = key[0]
+      for e in consumers[key]:
+        dst_dev = self.place[self.edges[e][1]]
+        if dst_dev == self.place[s]:
+          self.holders[s] += 1
+          continue
+        if (key, dst_dev) not in self.transfer_id:
+          self.transfer_id[(key, dst_dev)] = len(self.transfers)
+          self.transfers.append((key, self.place[s], dst_dev))
+          self.holders[s] += 1
+        x = self.transfer_id[(key, dst_dev)]
+        self.receivers[x] = self.receivers.get(x, 0) + 1
+    d = topology.num_devices
+    self.memory = [0] * d
+    for v in range(n):
+      self.memory[self.place[v]] += int(graph.memory_bytes[v])
+    self.peak = list(self.memory)
+    self.busy = [0.0] * d
+    self.ready = [[] for _ in range(d)]
+    self.device_idle = [True] * d
+    self.link_queue = {}
+    self.link_idle = {}
+    self.events = []
+    self.start = [0.0] * n
+    self.end = [0.0] * n
+    self.moved = 0
+
+  def duration(self, v, j):
+    device = self.topo.devices[j]
+    costs = self.graph.costs
+    cost = (costs[device.kind][v] if device.kind in costs
+            else max(c[v] for c in costs.values()))
+    return float(cost) / device.speed
+
+  def alloc(self, j, nbytes):
+    self.memory[j] += nbytes
+    self.peak[j] = max(self.peak[j], self.memory[j])
+
+  def make_ready(self, v):
+    heapq.heappush(self.ready[self.place[v]], (self.rank[v], v))
+
+  def run(self) -> dict:
+    for v in range(self.graph.num_nodes):
+      if self.pending[v] == 0:
+        self.make_ready(v)
+    now = 0.0
+    while True:
+      self.dispatch(now)
+      if not self.events:
+        break
+      now = self.events[0][0]
+      while self.events and self.events[0][0] == now:
+        _, kind, _, payload = heapq.heappop(self.events)
+        (self.on_op, self.on_transfer, self.on_signal)[kind](now, payload)
+    return {"step_time_us": now, "device_busy_us": self.busy,
+            "peak_memory_bytes": self.peak, "transfer_bytes": self.moved,
+            "num_transfers": len(self.transfers),
+            "op_start_us": self.start, "op_end_us": self.end}
+
+  def dispatch(self, now):
+    for j in range(self.topo.num_devices):
+      if self.device_idle[j] and self.ready[j]:
+        _, v = heapq.heappop(self.ready[j])
+        self.device_idle[j] = False
+        took = self.duration(v, j)
+        self.start[v], self.end[v] = now, now + took
+        self.busy[j] += took
+        self.alloc(j, int(self.graph.output_bytes[v]) +
+                   int(self.graph.temp_bytes[v]))
+        heapq.heappush(self.events, (now + took, 0, self.rank[v], v))
+    for link, waiting in self.link_queue.items():
+      if self.link_idle.get(link, True) and waiting:
+        x = waiting.pop(0)
+        self.link_idle[link] = False
+        key, src_dev, dst_dev = self.transfers[x]
+        size = self.tensor_size[key]
+        self.moved += size
+        self.alloc(dst_dev, size)
+        done = now + self.topo.transfer_us(src_dev, dst_dev, size)
+        heapq.heappush(self.events, (done, 1, x, x))
+
+  def on_op(self, now, v):  # pylint: disable=unused-argument
+    j = self.place[v]
+    self.device_idle[j] = True
+    self.memory[j] -= int(self.graph.temp_bytes[v])
+    if self.holders[v] == 0 and v not in self.fetch:
+      self.memory[j] -= int(self.graph.output_bytes[v])
+    for e, (s, t, _, o) in enumerate(self.edges):
+      if t == v and o >= 0:
+        self.release_input(s, o, j)
+    for e, (s, t, _, o) in enumerate(self.edges):
+      if s != v:
+        continue
+      if self.place[t] == j:
+        self.satisfy(t)
+      elif o < 0:
+        arrive = now + float(self.topo.latency_us[j, self.place[t]])
+        heapq.heappush(self.events, (arrive, 2, e, t))
+    for x, (key, src_dev, dst_dev) in enumerate(self.transfers):
+      if key[0] == v:
+        self.link_queue.setdefault((src_dev, dst_dev), []).append(x)
+
+  def release_input(self, s, slot, j):
+    if self.place[s] == j:
+      self.holders[s] -= 1
+      if self.holders[s] == 0 and s not in self.fetch:
+        self.memory[j] -= int(self.graph.output_bytes[s])
+      return
+    x = self.transfer_id[((s, slot), j)]
+    self.receivers[x] -= 1
+    if self.receivers[x] == 0:
+      self.memory[j] -= self.tensor_size[(s, slot)]
+
+  def on_transfer(self, now, x):  # pylint: disable=unused-argument
+    key, src_dev, dst_dev = self.transfers[x]
+    self.link_idle[(src_dev, dst_dev)] = True
+    for e in self.consumers[key]:
+      t = self.edges[e][1]
+      if self.place[t] == dst_dev:
+        self.satisfy(t)
+    s = key[0]
+    self.holders[s] -= 1
+    if self.holders[s] == 0 and s not in self.fetch:
+      self.memory[self.place[s]] -= int(self.graph.output_bytes[s])
+
+  def on_signal(self, now, t):  # pylint: disable=unused-argument
+    self.satisfy(t)
+
+  def satisfy(self, t):
+    self.pending[t] -= 1
+    if self.pending[t] == 0:
+      self.make_ready(t)
+
