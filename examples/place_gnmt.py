@@ -15,11 +15,11 @@ import sys
 
 from absl import flags
 
+from tf_gdp import graph_specs
 from tf_gdp import placing
 from tf_gdp.cost import presets
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import describe
-from tf_gdp.graph import sources
 
 _NUM_LAYERS = flags.DEFINE_integer("num_layers", 2, "LSTM layers in encoder "
                                    "and decoder (8 = the 50k+ op GNMT-8).",
@@ -52,8 +52,8 @@ def main(argv):
     knobs.append(_KNOBS.value)
   print(f"building the GNMT training step ({', '.join(knobs)}) ...",
         flush=True)
-  loaded = sources.load_model("gnmt", knobs=",".join(knobs),
-                              devices=_DEVICES.value)
+  loaded = graph_specs.load_model("gnmt", knobs=",".join(knobs),
+                                  devices=_DEVICES.value)
   graph = loaded.graph
   print(describe.format_summary(describe.summary(graph, top=5)))
   topology = topology_lib.get(_DEVICES.value)

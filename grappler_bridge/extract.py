@@ -29,6 +29,8 @@ from tensorflow.python.grappler import tf_optimizer  # pylint: disable=g-import-
 from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
 from grappler_bridge import limits  # pylint: disable=g-import-not-at-top
 
+# The signature a SavedModel is read from unless another is named.
+DEFAULT_SIGNATURE = "serving_default"
 # Grappler reads the fetch nodes of a MetaGraphDef from this collection.
 FETCH_COLLECTION = "train_op"
 # Ops that mean a function call or functional control flow survived flattening.
@@ -58,6 +60,8 @@ class ExtractedGraph:
       does not pin them (as graph ops, variables may go anywhere), but a run
       on the caller's own variables must keep each variable's ops with it.
     structured_outputs: the function's output structure, for re-packing.
+    signature: the SavedModel signature it was flattened from (None when it
+      did not come from a SavedModel).
   """
   meta_graph: meta_graph_pb2.MetaGraphDef
   fetches: list
@@ -67,6 +71,7 @@ class ExtractedGraph:
   captured_values: list = dataclasses.field(default_factory=list)
   capture_devices: list = dataclasses.field(default_factory=list)
   structured_outputs: Any = None
+  signature: Optional[str] = None
 
   @property
   def graph_def(self) -> tf.compat.v1.GraphDef:
@@ -109,9 +114,14 @@ def from_concrete_function(concrete) -> ExtractedGraph:
       structured_outputs=concrete.structured_outputs)
 
 
-def from_saved_model(path: str, signature: str = "serving_default"
+def from_saved_model(path: str, signature: Optional[str] = None
                     ) -> ExtractedGraph:
-  """Loads a SavedModel and flattens one of its signatures."""
+  """Loads a SavedModel and flattens one of its signatures.
+
+  `signature` None means `serving_default` if the model has it, else its
+  only signature; a model with several and no `serving_default` needs one
+  named.
+  """
   if not os.path.isdir(path):
     raise errors.GraphLoadError(f"{path}: not a SavedModel directory")
   for name in ("saved_model.pb", "saved_model.pbtxt"):
@@ -124,12 +134,26 @@ def from_saved_model(path: str, signature: str = "serving_default"
     raise errors.GraphLoadError(
         f"{path}: cannot load SavedModel: {errors.first_line(e)}") from e
   signatures = getattr(loaded, "signatures", {})
+  if signature is None:
+    signature = _default_signature(path, sorted(signatures))
   if signature not in signatures:
     raise errors.GraphLoadError(
         f"{path}: no signature {signature!r} (has: {sorted(signatures) or 'none'})")
   extracted = from_concrete_function(signatures[signature])
   extracted.structured_outputs = (loaded, extracted.structured_outputs)
+  extracted.signature = signature
   return extracted
+
+
+def _default_signature(path: str, names: Sequence[str]) -> str:
+  """`serving_default` if present, else the only signature; else an error."""
+  if DEFAULT_SIGNATURE in names or not names:
+    return DEFAULT_SIGNATURE  # none at all: the lookup reports it
+  if len(names) == 1:
+    return names[0]
+  raise errors.GraphLoadError(
+      f"{path}: no {DEFAULT_SIGNATURE!r} signature and several others "
+      f"({', '.join(names)}); choose one with --signature=NAME")
 
 
 def from_graph_file(path: str) -> ExtractedGraph:

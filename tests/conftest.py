@@ -10,6 +10,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
+import pytest  # pylint: disable=g-import-not-at-top
 import tf_gdp  # pylint: disable=g-import-not-at-top,unused-import
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -26,3 +27,27 @@ def _configure_logical_cpus():
 
 
 _configure_logical_cpus()
+
+
+@pytest.fixture(scope="session")
+def train_step_saved_model(tmp_path_factory):
+  """A SavedModel whose only signature is a training step, `train_step`."""
+
+  class Step(tf.Module):
+
+    def __init__(self):
+      super().__init__()
+      self.w = tf.Variable(tf.random.stateless_normal([8, 8], seed=[1, 2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([4, 8], tf.float32)])
+    def train_step(self, x):
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.tanh(tf.matmul(tf.tanh(tf.matmul(x, self.w)),
+                                               self.w)))
+      self.w.assign_sub(0.01 * tape.gradient(loss, self.w))
+      return {"loss": loss}
+
+  step = Step()
+  path = str(tmp_path_factory.mktemp("saved") / "train_step_model")
+  tf.saved_model.save(step, path, signatures={"train_step": step.train_step})
+  return path

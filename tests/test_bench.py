@@ -14,17 +14,7 @@ from tf_gdp.bench import harness
 _TINY_GNMT = "gnmt:hidden_size=8:vocab_size=20:batch=2:source_length=3:target_length=3"
 
 
-def test_parse_graphs_zoo_knobs_and_files(tmp_path):
-  assert [g.label for g in harness.parse_graphs("zoo")][:1] and all(
-      g.model for g in harness.parse_graphs("zoo"))
-  (tiny,) = harness.parse_graphs(_TINY_GNMT)
-  assert tiny.model == "gnmt" and "hidden_size=8" in tiny.knobs and "," in tiny.knobs
-  (tmp_path / "a.json").write_text("{}")
-  (tmp_path / "b.json").write_text("{}")
-  files = harness.parse_graphs(str(tmp_path / "*.json"))
-  assert [g.label for g in files] == ["a.json", "b.json"]
-  with pytest.raises(errors.InputError, match="neither a zoo model"):
-    harness.parse_graphs("no_such_thing")
+def test_parse_methods():
   with pytest.raises(errors.InputError, match="unknown method"):
     harness.parse_methods("all,alchemy")
 

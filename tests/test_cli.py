@@ -141,3 +141,19 @@ def test_verbosity_1_shows_tensorflow_startup_and_traceback(tmp_path):
   assert len(_error_lines(quiet)) == 1, quiet.stderr
   assert "Traceback" in loud.stderr
   assert len(_error_lines(loud)) > 1
+
+
+def test_place_a_train_step_saved_model_by_its_signature(
+    train_step_saved_model, tmp_path):
+  out = tmp_path / "out"
+  result = _cli("place", f"--graphs={train_step_saved_model}",
+                "--signature=train_step", "--devices=local-cpus:2",
+                "--method=single_device", "--compare=", "--nopictures",
+                f"--out={out}")
+  assert result.returncode == 0, result.stderr
+  assert "1 placed, 0 failed" in result.stdout
+  document = json.loads(
+      (out / "train_step_model" / "placement.json").read_text())
+  assert document["placement"]
+  _assert_bad_input(_cli("inspect", f"--graph={train_step_saved_model}",
+                         "--signature=nope"), "no signature 'nope'")

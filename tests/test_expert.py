@@ -6,11 +6,11 @@ import re
 import numpy as np
 import pytest
 
+from tf_gdp import graph_specs
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.errors import InputError
 from tf_gdp.graph import op_graph
-from tf_gdp.graph import sources
 from tf_gdp.zoo import expert
 
 DEVICES = "p100x4"
@@ -40,8 +40,8 @@ def graphs():
 
   def get(name):
     if name not in cache:
-      cache[name] = sources.load_model(name, knobs=TINY[name],
-                                       devices=DEVICES).graph
+      cache[name] = graph_specs.load_model(name, knobs=TINY[name],
+                                           devices=DEVICES).graph
     return cache[name]
 
   return get

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp import placing
 from tf_gdp.bench import harness
 from tf_gdp.cost import feasibility
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
-from tf_gdp.graph import sources
 
 KIB = 1 << 10
 
@@ -143,7 +143,7 @@ def test_bench_rows_say_infeasible_instead_of_placing(tmp_path):
   graph = _graph(memory=[0, 3 * KIB, 0])
   path = str(tmp_path / "box.json")
   topology.save(_topology([2 * KIB] * 2), path)
-  rows = harness.bench_graph(sources.LoadedGraph(graph), "g", path,
+  rows = harness.bench_graph(graph_specs.LoadedGraph(graph), "g", path,
                              ["single_device", "random"])
   assert [r.valid for r in rows] == [False, False]
   assert all(r.reason.startswith("no placement: infeasible: op 'op1'")

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 import pytest
 
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp.bench import reliability_cases
 from tf_gdp.graph import json_io
-from tf_gdp.graph import sources
 
 _CALL_LIMIT_S = 30.0
 _SETTINGS = dict(deadline=None, derandomize=True,
@@ -189,7 +189,7 @@ def test_unmutated_graph_def_loads():
     path = os.path.join(tmp, "graph.pb")
     with open(path, "wb") as f:
       f.write(_BASE_GRAPH_DEF)
-    assert sources.load(path).graph.num_nodes >= 3
+    assert graph_specs.load(path).graph.num_nodes >= 3
 
 
 @settings(max_examples=200, **_SETTINGS)
@@ -199,7 +199,7 @@ def test_mutated_graph_defs_load_or_raise_typed_errors(data):
     path = os.path.join(tmp, "graph.pb")
     with open(path, "wb") as f:
       f.write(data)
-    _assert_clean(_guarded(sources.load, path))
+    _assert_clean(_guarded(graph_specs.load, path))
 
 
 _OP_TYPES = st.sampled_from(["Const", "Identity", "MatMul", "NoOp", "Relu",
@@ -256,4 +256,4 @@ def test_restructured_graph_defs_load_or_raise_typed_errors(data):
     path = os.path.join(tmp, "graph.pb")
     with open(path, "wb") as f:
       f.write(data)
-    _assert_clean(_guarded(sources.load, path))
+    _assert_clean(_guarded(graph_specs.load, path))

@@ -11,12 +11,13 @@ import pytest
 # tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it.
 from tf_gdp.rl import train_lib  # pylint: disable=g-bad-import-order
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp import place_batch
 from tf_gdp import placement_file
 from tf_gdp import placing
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import generators
 from tf_gdp.graph import json_io
-from tf_gdp.rl import graph_sets
 
 TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
                "placer_layers": 1, "num_heads": 2, "ffn_size": 32,
@@ -25,7 +26,7 @@ TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
 
 @pytest.fixture(scope="module")
 def graph():
-  return graph_sets.random_layered_graph(120, width=6, seed=1, name="lay")
+  return generators.random_layered_graph(120, width=6, seed=1, name="lay")
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_placement_file_round_trip_and_mismatches(graph, topology, tmp_path):
   placing.save(result, graph, path)
   np.testing.assert_array_equal(placement_file.load(graph, topology, path),
                                 result.placement)
-  other = graph_sets.random_layered_graph(50, width=5, seed=2, name="other")
+  other = generators.random_layered_graph(50, width=5, seed=2, name="other")
   with pytest.raises(errors.PlacementError, match="does not match graph"):
     placement_file.load(other, topology, path)
   with pytest.raises(errors.PlacementError, match="does not have"):
@@ -100,7 +101,7 @@ def test_batch_keeps_good_graphs_when_one_is_bad(graph, tmp_path):
   graphs = tmp_path / "graphs"
   graphs.mkdir()
   json_io.save_json(graph, str(graphs / "a.json"))
-  json_io.save_json(graph_sets.random_layered_graph(60, width=4, seed=5,
+  json_io.save_json(generators.random_layered_graph(60, width=4, seed=5,
                                                     name="b"),
                     str(graphs / "b.json"))
   (graphs / "broken.json").write_text('{"format": ')
@@ -142,15 +143,14 @@ def test_batch_with_a_bad_policy_or_compare_fails_before_any_graph(graph,
 def test_placed_meta_graph_carries_the_devices(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
-  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
 
   @tf.function
   def step(x):
     return tf.matmul(tf.tanh(x), x)
 
   extracted = extract.from_function(step, tf.ones([4, 4]))
-  loaded = sources.LoadedGraph(sources.cost(extracted, name="mm",
-                                            devices="p100x2"), extracted)
+  loaded = graph_specs.LoadedGraph(graph_specs.op_graph_from_extracted(
+      extracted, name="mm", devices="p100x2"), extracted)
   result = placing.place(loaded.graph, topology_lib.get("p100x2"),
                          "round_robin", compare=())
   path = str(tmp_path / "placed.pb")
@@ -218,7 +218,6 @@ def test_safe_names_stay_inside_the_output_folder():
 def test_saved_model_in_placed_saved_model_out(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
-  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
 
   class Model(tf.Module):
 
@@ -234,7 +233,7 @@ def test_saved_model_in_placed_saved_model_out(tmp_path):
   source = str(tmp_path / "model")
   tf.saved_model.save(model, source, signatures={"serving_default":
                                                  model.__call__})
-  loaded = sources.load(source, devices="local-cpus:2")
+  loaded = graph_specs.load(source, devices="local-cpus:2")
   assert loaded.saved_model_signature == "serving_default"
   topology = topology_lib.get("local-cpus:2")
   result = placing.place(loaded.graph, topology, "round_robin", compare=())

@@ -7,9 +7,10 @@ import pytest
 # environment._rebind_keras_2).
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
 from rl_graphs import GIB, gpus, two_chains  # tests/ helper
-from tf_gdp.rl import graph_sets
 from tf_gdp.rl import outputs
+from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp.runtime import measure as measure_lib
 from tf_gdp.cost import simulator
 from tf_gdp.policy import features
@@ -214,59 +215,15 @@ def test_placement_file_round_trip(tmp_path):
   assert outputs.read_best(path, other, env.inputs(0)) is None
 
 
-def test_generated_graph_sets():
-  items = graph_sets.parse("layered:300:width=20,cells:200:cell=16:seed=2")
-  graphs = [item.load("p100x2").graph for item in items]
-  assert [g.num_nodes for g in graphs] == [300, 200]
-  assert graphs[1].num_edges > 200
-  with pytest.raises(errors.InputError):
-    graph_sets.parse("layered:x")
-  with pytest.raises(errors.InputError):
-    graph_sets.parse("cells:100:width=3")
-
-
-def test_branches_are_independent_chains_joined_at_the_end():
-  (item,) = graph_sets.parse("branches:41:k=4:seed=3")
-  graph = item.load("p100x2").graph
-  assert graph.num_nodes == 41
-  join = graph.num_nodes - 1
-  # Without the join, the branches are 4 weakly connected components.
-  parent = list(range(graph.num_nodes))
-
-  def find(v):
-    while parent[v] != v:
-      v = parent[v]
-    return v
-
-  for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
-    if v != join:
-      parent[find(u)] = find(v)
-  assert len({find(v) for v in range(join)}) == 4
-  # Numbered branch by branch: the topological order visits them in turn.
-  roots = [find(int(v)) for v in graph.topo_order if v != join]
-  assert sum(a != b for a, b in zip(roots, roots[1:])) == 3
-  with pytest.raises(errors.InputError, match="2K"):
-    graph_sets.parse("branches:8:k=4")
-  with pytest.raises(errors.InputError, match="k must be"):
-    graph_sets.parse("branches:80:k=1")
-
-
 def test_an_item_may_name_its_own_topology():
-  items = graph_sets.parse("layered:40:width=4,branches:30@p100x4",
-                           allow_devices=True)
-  tasks = graph_sets.placement_tasks(items, ["p100x2", "v100x8"])
+  items = graph_specs.parse("layered:40:width=4,branches:30@p100x4",
+                            allow_devices=True)
+  tasks = tasks_lib.placement_tasks(items, ["p100x2", "v100x8"])
   assert [t.name for t in tasks] == ["layered_40_width4@p100x2",
                                      "layered_40_width4@v100x8",
                                      "branches_30@p100x4"]
   assert [t.topology.name for t in tasks] == ["p100x2", "v100x8", "p100x4"]
   with pytest.raises(errors.InputError, match="for pretrain"):
-    graph_sets.parse("branches:30@p100x4")
+    graph_specs.parse("branches:30@p100x4")
   with pytest.raises(errors.InputError, match="GRAPH@DEVICES"):
-    graph_sets.parse("branches:30@", allow_devices=True)
-
-
-def test_generated_graphs_come_first_as_make_pretrain_relies_on():
-  items = graph_sets.parse("rnnlm2,branches:30,layered:40@p100x2",
-                           allow_devices=True)
-  assert [i.label for i in items] == ["branches_30", "layered_40@p100x2",
-                                      "rnnlm2"]
+    graph_specs.parse("branches:30@", allow_devices=True)

@@ -16,10 +16,10 @@ import pytest
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
 from rl_graphs import gpus, two_chains  # tests/ helper
 from tf_gdp.rl import actor_network
-from tf_gdp.rl import graph_sets
 from tf_gdp.rl import ppo
 from tf_gdp.rl import train_lib
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -289,7 +289,7 @@ def test_kill_and_resume_keeps_the_best_placement(tmp_path):
     before = json.load(f)
   assert before["method"] == "gdp" and before["step_time_source"] == "simulate"
 
-  item = graph_sets.parse(graphs)[0]
+  item = graph_specs.parse(graphs)[0]
   task = environment.PlacementTask(item.load(devices).graph,
                                    topology_lib.get(devices),
                                    name=f"{item.label}@{devices}")
@@ -384,7 +384,7 @@ def test_finetune_command_writes_a_placement(tmp_path):
   assert "2 iterations" in result.stdout
   with open(out, encoding="utf-8") as f:
     document = json.load(f)
-  loaded = graph_sets.parse(graph)[0].load(devices).graph
+  loaded = graph_specs.parse(graph)[0].load(devices).graph
   topology = topology_lib.get(devices)
   index = {name: i for i, name in enumerate(topology.device_names)}
   placement = np.array([index[document["placement"][op]]

@@ -31,11 +31,11 @@ import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp import placement_file
 from tf_gdp import placing
 from tf_gdp import target_devices
 from tf_gdp.cost import topology as topology_lib
-from tf_gdp.graph import sources
 
 LOCAL = target_devices.LOCAL
 # `method` a report shows for a placement re-applied from a file.
@@ -329,7 +329,8 @@ def _op_graph(extracted, topo: topology_lib.Topology, *, name: str,
   if pin_captures:
     pins = {capture: device for capture, device in
             zip(extracted.capture_names, extracted.capture_devices) if device}
-  return sources.cost(extracted, name=name, devices=topo, pinned=pins)
+  return graph_specs.op_graph_from_extracted(extracted, name=name, devices=topo,
+                                             pinned=pins)
 
 
 def _reapply(graph, topo: topology_lib.Topology,

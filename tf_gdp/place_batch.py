@@ -1,7 +1,7 @@
 """Places many graphs at once: one output folder per graph, one summary table.
 
 For each graph of a `--graphs` spec (zoo names, files, globs, generated
-graphs; see `tf_gdp.rl.graph_sets`):
+graphs; see `tf_gdp.graph_specs`):
 
   <out>/<graph>/placement.json   op name -> device (`tf_gdp.placement_file`)
   <out>/<graph>/report.json      step time, baselines, bound, memory
@@ -28,6 +28,7 @@ from grappler_bridge import errors as grappler_errors
 
 from tf_gdp import errors
 from tf_gdp import fileio
+from tf_gdp import graph_specs
 from tf_gdp import placing
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import identity
@@ -49,10 +50,13 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                policy: Optional[str] = None, samples: int = 16,
                seed: int = 0, compare=placing.DEFAULT_COMPARE,
                pictures: bool = True, write_graph: bool = False,
+               signature: Optional[str] = None,
                log: Callable[[str], None] = lambda line: None
                ) -> List[Outcome]:
-  """Places every graph of `spec` on `devices`; writes under `out_dir`."""
-  from tf_gdp.rl import graph_sets  # pylint: disable=g-import-not-at-top
+  """Places every graph of `spec` on `devices`; writes under `out_dir`.
+
+  `signature` names the signature of the SavedModels in `spec`.
+  """
   if method not in placing.method_names():  # fail before loading any graph
     raise errors.InputError(f"unknown method {method!r}; choose from "
                             f"{', '.join(placing.method_names())}")
@@ -60,7 +64,7 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   if method == placing.GDP:
     placing.check_policy(policy)
   topology = topology_lib.get(devices)
-  items = graph_sets.parse(spec)
+  items = graph_specs.parse(spec, signature=signature)
   os.makedirs(out_dir, exist_ok=True)
   outcomes = []
   started = time.perf_counter()

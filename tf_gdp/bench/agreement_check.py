@@ -11,7 +11,7 @@ pieces are branches); a variable's group goes with its first user.
 
 Each placement is
 * simulated on the calibrated `cpu-workers:2` topology with the op costs of
-  the roofline for one local core (`sources.cost(..., devices=...)`, scaled
+  the roofline for one local core (`graph_specs.op_graph_from_extracted(..., devices=...)`, scaled
   by the calibrated device speed), and, unless --noprofiled, with costs
   profiled on one worker (`measure.profile_op_times`; speed 1, since a
   profile is already this core's time);
@@ -312,11 +312,12 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
   from tf_gdp.cost import presets  # pylint: disable=g-import-not-at-top
   from tf_gdp.cost import simulator  # pylint: disable=g-import-not-at-top
   from tf_gdp.graph import json_io  # pylint: disable=g-import-not-at-top
-  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
+  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
 
   extracted = extract.from_function(BUILDERS[name]())
-  roofline_graph = sources.cost(extracted, name=name, devices=_DEVICES)
+  roofline_graph = graph_specs.op_graph_from_extracted(
+      extracted, name=name, devices=_DEVICES)
   variants = {"roofline": (roofline_graph, topo)}
   profile_coverage = None
   if profiled:

@@ -24,6 +24,7 @@ from typing import Dict, Optional
 from absl import app
 from absl import flags
 
+from tf_gdp import graph_specs
 from tf_gdp import placing
 from tf_gdp.bench import harness
 from tf_gdp.cost import simulator
@@ -242,7 +243,7 @@ def main(argv):
   ablations = dict(item.split("=", 1) for item in _ABLATIONS.value if item)
   started = time.time()
   results = []
-  for source in harness.parse_graphs(_GRAPHS.value):
+  for source in graph_specs.parse(_GRAPHS.value):
     harness.stderr_progress(f"{source.label} (elapsed "
                             f"{time.time() - started:.0f} s)")
     loaded = source.load(_DEVICES.value)

@@ -20,9 +20,9 @@ from absl import flags
 import numpy as np
 
 from tf_gdp import fileio
+from tf_gdp import graph_specs
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology
-from tf_gdp.graph import sources
 
 _MODELS = flags.DEFINE_list("models", ["inception_v3", "gnmt2"], "Zoo models.")
 _DEVICES = flags.DEFINE_string("devices", "p100x4", "Topology preset.")
@@ -52,7 +52,7 @@ def compare(model: str, devices: str, num_random: int, repeats: int, seed: int):
   """Rows of the comparison for one zoo model."""
   from grappler_bridge import grappler_estimates  # pylint: disable=g-import-not-at-top
   from grappler_bridge import hardware  # pylint: disable=g-import-not-at-top
-  loaded = sources.load_model(model, devices=devices, cross_check=True)
+  loaded = graph_specs.load_model(model, devices=devices, cross_check=True)
   graph, extracted = loaded.graph, loaded.extracted
   topo = topology.get(devices)
   cluster = [(d.name, hardware.get_spec(topo.hardware[d.kind])) for d in topo.devices]

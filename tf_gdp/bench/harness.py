@@ -9,10 +9,8 @@ human expert, to the best baseline and to the lower bound.
 
 import contextlib
 import dataclasses
-import glob
 import json
 import math
-import os
 import sys
 import time
 from typing import Callable, List, Optional, Sequence
@@ -21,32 +19,17 @@ import numpy as np
 
 from tf_gdp import errors
 from tf_gdp import fileio
+from tf_gdp import graph_specs
 from tf_gdp.cost import feasibility
 from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
-from tf_gdp.graph import sources
 
-ZOO = "zoo"
 # Methods `--methods=all` runs; learned ones are named explicitly (budget).
 CLASSIC_METHODS = ("single_device", "human_expert", "random", "round_robin",
                    "m_topo", "m_etf", "m_sct", "heft", "metis")
 REFERENCE_METHOD = "single_device"
 EXPERT_METHOD = "human_expert"
-
-
-@dataclasses.dataclass
-class GraphSource:
-  """A graph to benchmark: a zoo model (with knobs) or a file."""
-  label: str
-  model: Optional[str] = None
-  knobs: str = ""
-  path: Optional[str] = None
-
-  def load(self, devices: str) -> sources.LoadedGraph:
-    if self.model is not None:
-      return sources.load_model(self.model, knobs=self.knobs, devices=devices)
-    return sources.load(self.path, devices=devices)
 
 
 @dataclasses.dataclass
@@ -70,31 +53,6 @@ class Row:
   measured_reason: Optional[str] = None
 
 
-def parse_graphs(spec: str) -> List[GraphSource]:
-  """`zoo`, zoo names (`gnmt2:batch=8:hidden_size=64`), files or globs."""
-  from tf_gdp import zoo  # pylint: disable=g-import-not-at-top
-  result = []
-  for item in [s.strip() for s in spec.split(",") if s.strip()]:
-    if item == ZOO:
-      result += [GraphSource(name, model=name) for name in zoo.benchmark_models()]
-      continue
-    name, _, knobs = item.partition(":")
-    if name in zoo.MODELS:
-      knobs = knobs.replace(":", ",")
-      result.append(GraphSource(item, model=name, knobs=knobs))
-      continue
-    paths = sorted(glob.glob(item)) or [item]
-    for path in paths:
-      if not os.path.exists(path):
-        raise errors.InputError(
-            f"--graphs: {item!r} is neither a zoo model ({', '.join(zoo.list_models())}) "
-            "nor an existing file")
-      result.append(GraphSource(os.path.basename(os.path.normpath(path)), path=path))
-  if not result:
-    raise errors.InputError("--graphs names no graph")
-  return result
-
-
 def parse_methods(spec: str) -> List[str]:
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   names = []
@@ -107,7 +65,7 @@ def parse_methods(spec: str) -> List[str]:
   return list(dict.fromkeys(names))
 
 
-def bench_graph(loaded: sources.LoadedGraph, label: str, devices: str,
+def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
                 methods: Sequence[str], *, seed: int = 0,
                 method_options: Optional[dict] = None,
                 measurer: Optional[Callable] = None,

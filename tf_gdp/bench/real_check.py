@@ -28,6 +28,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from tf_gdp import graph_specs
 from tf_gdp import placing
 from tf_gdp.bench import agreement_check
 from tf_gdp.bench import harness
@@ -55,14 +56,14 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
-  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import ppo  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
   if refloor_after is None:
     refloor_after = train_lib.REFLOOR_AFTER
   extracted = extract.from_function(agreement_check.BUILDERS[name]())
-  graph = sources.cost(extracted, name=name, devices=_DEVICES)
+  graph = graph_specs.op_graph_from_extracted(extracted, name=name,
+                                              devices=_DEVICES)
   candidates = {}
   for method in BASELINES:
     candidates[method] = baselines.run(method, graph, topology,

@@ -149,15 +149,15 @@ def environment(env: Optional[dict]):
 
 
 def _load(path: str) -> str:
-  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
-  graph = sources.load(path).graph
+  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
+  graph = graph_specs.load(path).graph
   return f"loaded {graph.num_nodes} nodes"
 
 
 def _graph_file_case(name, given, expect, filename, data, *,
                      error=errors.GraphLoadError, env=None, slow=False,
                      export=True) -> Case:
-  """A graph file given to `sources.load`, `inspect` and `export-graph`."""
+  """A graph file given to `graph_specs.load`, `inspect` and `export-graph`."""
 
   def api(tmp):
     path = os.path.join(tmp, filename)
@@ -386,8 +386,8 @@ def _deterministic(method: str, **options) -> Callable[[str], str]:
     del tmp
     from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
     from tf_gdp.cost import topology  # pylint: disable=g-import-not-at-top
-    from tf_gdp.rl import graph_sets  # pylint: disable=g-import-not-at-top
-    graph = graph_sets.random_layered_graph(300, width=20, seed=5)
+    from tf_gdp.graph import generators  # pylint: disable=g-import-not-at-top
+    graph = generators.random_layered_graph(300, width=20, seed=5)
     topo = topology.get("p100x4")
     first, second = (baselines.run(method, graph, topo, seed=11,
                                    **options).placement for _ in range(2))

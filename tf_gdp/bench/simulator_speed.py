@@ -23,8 +23,7 @@ from tf_gdp import fileio
 from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
-from tf_gdp.graph import op_graph
-from tf_gdp.rl import graph_sets
+from tf_gdp.graph import generators
 
 _NUM_NODES = flags.DEFINE_integer("num_nodes", 50_000,
                                   "Nodes of the synthetic layered DAG.",
@@ -39,13 +38,6 @@ _BATCH = flags.DEFINE_integer("batch", 16, "Placements per simulate_batch "
                               "call (0 skips the batch timing).", lower_bound=0)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of graph and placements.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
-
-
-def layered_graph(num_nodes: int, *, width: int = 100,
-                  seed: int = 0) -> op_graph.OpGraph:
-  """The synthetic layered DAG (`graph_sets.random_layered_graph`)."""
-  return graph_sets.random_layered_graph(num_nodes, width=width, seed=seed,
-                                         name=f"layered_{num_nodes}")
 
 
 def placements(kind: str, n: int, d: int, rng) -> np.ndarray:
@@ -80,7 +72,8 @@ def run(num_nodes: int, width: int, topologies, repeats: int, batch: int,
   """Times every (topology, placement kind); returns the JSON document."""
   rng = np.random.default_rng(seed)
   start = time.perf_counter()
-  graph = layered_graph(num_nodes, width=width, seed=seed)
+  graph = generators.random_layered_graph(num_nodes, width=width, seed=seed,
+                                          name=f"layered_{num_nodes}")
   build_s = time.perf_counter() - start
   start = time.perf_counter()
   simulator.prepare(graph)

@@ -15,12 +15,15 @@ from absl import flags
 
 from tf_gdp import errors
 from tf_gdp import fileio
+from tf_gdp import graph_specs
 from tf_gdp.bench import harness
+from tf_gdp.cli import graph_flags
 
 _GRAPHS = flags.DEFINE_string(
-    "graphs", harness.ZOO, "Comma-separated: 'zoo' (every benchmark model), zoo "
-    "names with optional knobs ('gnmt2:batch=8:hidden_size=64'), or graph files "
-    "/ globs (MetaGraphDef .pb/.pbtxt, SavedModel directory, op-graph .json).")
+    "graphs", graph_specs.ZOO, "Comma-separated: 'zoo' (every benchmark model), zoo "
+    "names with optional knobs ('gnmt2:batch=8:hidden_size=64'), graph files "
+    "/ globs (MetaGraphDef .pb/.pbtxt, SavedModel directory, op-graph .json) "
+    "or generated graphs ('layered:N').")
 _DEVICES = flags.DEFINE_list(
     "devices", ["p100x4"], "Topologies (presets or topology .json files); one "
     "table each.")
@@ -38,10 +41,11 @@ _REPEATS = flags.DEFINE_integer("measure_repeats", 5, "Timed steps per measureme
                                 lower_bound=1)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for randomized methods.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write all rows and settings here.")
+_SIGNATURE = graph_flags.define_signature(__name__)
 
 
 def main(argv):
-  graphs = harness.parse_graphs(_GRAPHS.value)
+  graphs = graph_specs.parse(_GRAPHS.value, signature=_SIGNATURE.value)
   methods = harness.parse_methods(_METHODS.value)
   if _MEASURE.value and _MEASURE.value not in _DEVICES.value:
     raise errors.InputError(

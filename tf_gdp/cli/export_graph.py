@@ -10,17 +10,17 @@ from absl import flags
 
 from tf_gdp import errors
 from tf_gdp import fileio
+from tf_gdp import graph_specs
+from tf_gdp.cli import graph_flags
 from tf_gdp.cost import presets
 from tf_gdp.graph import json_io
-from tf_gdp.graph import sources
 
 _MODEL = flags.DEFINE_string("model", None, "Zoo model to build (e.g. inception_v3, gnmt).")
 _KNOBS = flags.DEFINE_string("knobs", "", "Model size knobs, e.g. 'batch=8,num_layers=4'.")
 _GRAPH = flags.DEFINE_string(
     "graph", None, "A user graph instead of --model: GraphDef/MetaGraphDef "
     "(.pb/.pbtxt), SavedModel directory, or op-graph .json.")
-_SIGNATURE = flags.DEFINE_string("signature", "serving_default",
-                                 "SavedModel signature to extract.")
+_SIGNATURE = graph_flags.define_signature(__name__)
 _DEVICES = flags.DEFINE_string(
     "devices", presets.DEFAULT, "Device preset whose hardware prices the op "
     f"costs in JSON output ({', '.join(presets.names())}).")
@@ -40,13 +40,13 @@ def main(argv):
   if not out.endswith((".json", ".pb", ".pbtxt")):
     raise errors.InputError(f"--out={out}: must end in .json, .pb or .pbtxt")
   if _MODEL.value is not None:
-    loaded = sources.load_model(_MODEL.value, knobs=_KNOBS.value,
-                                devices=_DEVICES.value,
-                                cross_check=_CROSS_CHECK.value)
+    loaded = graph_specs.load_model(_MODEL.value, knobs=_KNOBS.value,
+                                    devices=_DEVICES.value,
+                                    cross_check=_CROSS_CHECK.value)
   else:
-    loaded = sources.load(_GRAPH.value, devices=_DEVICES.value,
-                          signature=_SIGNATURE.value,
-                          cross_check=_CROSS_CHECK.value)
+    loaded = graph_specs.load(_GRAPH.value, devices=_DEVICES.value,
+                              signature=_SIGNATURE.value,
+                              cross_check=_CROSS_CHECK.value)
   if out.endswith(".json"):
     json_io.save_json(loaded.graph, out)
   else:

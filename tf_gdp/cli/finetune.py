@@ -21,10 +21,11 @@ import sys
 from absl import flags
 
 from tf_gdp import errors
+from tf_gdp import graph_specs
+from tf_gdp.cli import graph_flags
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
 from tf_gdp.rl import environment
-from tf_gdp.rl import graph_sets
 from tf_gdp.rl import outputs
 from tf_gdp.rl import train_lib
 
@@ -47,13 +48,14 @@ _ZEROSHOT_SAMPLES = flags.DEFINE_integer(
     "zeroshot_samples", 16, "Sampled placements besides the greedy one.",
     lower_bound=0)
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds sampling.")
+_SIGNATURE = graph_flags.define_signature(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
 
 def main(argv):
   cli_lib.quiet_tensorflow_logs()
   command = _command(argv[0] if argv else "tf-gdp finetune")
-  items = graph_sets.parse(_GRAPH.value)
+  items = graph_specs.parse(_GRAPH.value, signature=_SIGNATURE.value)
   if len(items) != 1:
     raise errors.InputError("--graph names one graph")
   topology = topology_lib.get(_DEVICES.value)

@@ -8,9 +8,10 @@ import json
 
 from absl import flags
 
+from tf_gdp import graph_specs
+from tf_gdp.cli import graph_flags
 from tf_gdp.cost import presets
 from tf_gdp.graph import describe
-from tf_gdp.graph import sources
 
 _GRAPH = flags.DEFINE_string(
     "graph", None, "Op-graph .json, GraphDef/MetaGraphDef (.pb/.pbtxt) or "
@@ -21,11 +22,13 @@ _DEVICES = flags.DEFINE_string(
 _TOP = flags.DEFINE_integer("top", 10, "How many of the largest ops to list.",
                             lower_bound=0)
 _AS_JSON = flags.DEFINE_bool("json", False, "Print the summary as JSON.")
+_SIGNATURE = graph_flags.define_signature(__name__)
 
 
 def main(argv):
   del argv
-  graph = sources.load(_GRAPH.value, devices=_DEVICES.value).graph
+  graph = graph_specs.load(_GRAPH.value, devices=_DEVICES.value,
+                           signature=_SIGNATURE.value).graph
   info = describe.summary(graph, top=_TOP.value)
   if _AS_JSON.value:
     print(json.dumps(info, indent=2))

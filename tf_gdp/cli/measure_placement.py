@@ -16,7 +16,9 @@ that fails to run (OOM, kernel error, timeout) is reported with exit code 2.
 from absl import flags
 
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp import placement_file
+from tf_gdp.cli import graph_flags
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
@@ -39,15 +41,15 @@ _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps (median).",
                                 lower_bound=1)
 _TIMEOUT = flags.DEFINE_float("timeout", 120.0, "Seconds a step may take.",
                               lower_bound=0.1)
+_SIGNATURE = graph_flags.define_signature(__name__)
 
 
 def main(argv):
   del argv
   cli_lib.quiet_tensorflow_logs()
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import graph_sets  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  items = graph_sets.parse(_GRAPH.value)
+  items = graph_specs.parse(_GRAPH.value, signature=_SIGNATURE.value)
   if len(items) != 1:
     raise errors.InputError("--graph names one graph")
   topology = topology_lib.get(_DEVICES.value)

@@ -19,6 +19,7 @@ from absl import flags
 
 from tf_gdp import place_batch
 from tf_gdp import placing
+from tf_gdp.cli import graph_flags
 from tf_gdp.rl import cli_lib
 
 _GRAPHS = flags.DEFINE_string(
@@ -52,6 +53,7 @@ _PICTURES = flags.DEFINE_bool("pictures", True, "Write gantt.png and "
                               "devices.png per graph.")
 _WRITE_GRAPH = flags.DEFINE_bool(
     "write_graph", False, "Also write placed_graph.pb (TensorFlow graphs only).")
+_SIGNATURE = graph_flags.define_signature(__name__)
 
 
 def main(argv):
@@ -62,7 +64,8 @@ def main(argv):
       budget_seconds=_BUDGET.value, policy=_POLICY.value,
       samples=_SAMPLES.value, seed=_SEED.value,
       compare=[c for c in _COMPARE.value if c], pictures=_PICTURES.value,
-      write_graph=_WRITE_GRAPH.value, log=cli_lib.progress)
+      write_graph=_WRITE_GRAPH.value, signature=_SIGNATURE.value,
+      log=cli_lib.progress)
   print(place_batch.format_summary(outcomes, _DEVICES.value, _METHOD.value))
   failed = [o for o in outcomes if o.result is None]
   if failed:

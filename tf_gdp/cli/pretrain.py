@@ -20,8 +20,10 @@ import json
 from absl import flags
 
 from tf_gdp import errors
+from tf_gdp import graph_specs
+from tf_gdp.cli import graph_flags
 from tf_gdp.rl import cli_lib
-from tf_gdp.rl import graph_sets
+from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp.rl import train_lib
 
 _GRAPHS = flags.DEFINE_string(
@@ -50,6 +52,7 @@ _POLICY_CONFIG = flags.DEFINE_string(
     "policy_config", None, "JSON object of further PolicyConfig fields, e.g. "
     "'{\"gnn_rounds\": 2, \"segment_length\": 64}'.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the policy and sampling.")
+_SIGNATURE = graph_flags.define_signature(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
 
@@ -71,9 +74,10 @@ def main(argv):
   env_options = _TRAINING.env_options(_DEVICES.value)
   config = _TRAINING.train_config(
       graphs_per_iteration=_GRAPHS_PER_ITERATION.value, seed=_SEED.value)
-  items = graph_sets.parse(_GRAPHS.value, allow_devices=True)
-  tasks = graph_sets.placement_tasks(items, _DEVICES.value,
-                                     log=cli_lib.progress)
+  items = graph_specs.parse(_GRAPHS.value, allow_devices=True,
+                            signature=_SIGNATURE.value)
+  tasks = tasks_lib.placement_tasks(items, _DEVICES.value,
+                                    log=cli_lib.progress)
   result = train_lib.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,

@@ -1,4 +1,4 @@
-"""The op-graph IR and its JSON interchange format."""
+"""The op-graph IR, its JSON interchange format and random graph generators."""
 
 from tf_gdp.graph.json_io import from_document
 from tf_gdp.graph.json_io import load_json

@@ -8,7 +8,7 @@
 Modules: `environment` (the one-step tf-agents bandit and its reward
 backends), `actor_network` (tf-agents actor and critic around the policy),
 `ppo` (the PPO agent), `train_lib` (the training loop, checkpoints,
-pretrain / finetune / zeroshot), `graph_sets` (training graph specs),
+pretrain / finetune / zeroshot), `tasks` (placement tasks from graph specs),
 `outputs` (best placements: placement files and checkpoint records).
 Importing this package imports TensorFlow.
 """

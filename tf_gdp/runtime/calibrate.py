@@ -300,11 +300,12 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
   before the ratio.
   """
   from tf_gdp.runtime import measure as measure_lib  # pylint: disable=g-import-not-at-top
-  from tf_gdp.graph import sources  # pylint: disable=g-import-not-at-top
+  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
   label = f"{topology_lib.CPU_WORKERS}:{cluster.num_workers}"
   result = {}
   for name, extracted in calibration_graphs().items():
-    graph = sources.cost(extracted, name=name, devices=label)
+    graph = graph_specs.op_graph_from_extracted(extracted, name=name,
+                                                devices=label)
     roofline_us = float(np.sum(graph.costs["CPU"]))
     placement = {node: cluster.device_names[0] for node in graph.node_names}
     measured = measure_lib.measure(extracted, placement, cluster,

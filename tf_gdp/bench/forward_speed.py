@@ -3,8 +3,8 @@ r"""Times the policy's forward pass and records peak memory, at a given size.
 GDP must place 50k+ op graphs (GNMT-8 is ~60k ops) in bounded time and
 memory; this script is the measurement behind that claim:
 
-  python -m tf_gdp.policy.forward_benchmark --nodes=60000 --devices=p100x4
-  python -m tf_gdp.policy.forward_benchmark --graph=gnmt8.json
+  python -m tf_gdp.bench.forward_speed --nodes=60000 --devices=p100x4
+  python -m tf_gdp.bench.forward_speed --graph=gnmt8.json
 
 It prints one line per stage (inputs, first call with tracing, median of
 repeated calls) and the process's peak RSS, and optionally writes JSON.
@@ -22,7 +22,7 @@ from absl import flags
 import numpy as np
 
 from tf_gdp.cost import topology as topology_lib
-from tf_gdp.graph import op_graph
+from tf_gdp.graph import generators
 
 _NODES = flags.DEFINE_integer("nodes", 60000, "Synthetic graph size.")
 _GRAPH = flags.DEFINE_string(
@@ -35,34 +35,6 @@ _PLACER = flags.DEFINE_enum("placer", "transformer_xl",
 _GRADIENT = flags.DEFINE_bool("gradient", False,
                               "Also time a forward + backward pass.")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the results as JSON here.")
-
-
-def synthetic_graph(num_nodes: int, seed: int = 0) -> op_graph.OpGraph:
-  """A layered random DAG with GNMT-like size ratios (~1.5 edges per op)."""
-  rng = np.random.default_rng(seed)
-  width = max(1, int(np.sqrt(num_nodes) / 2))
-  layer = np.arange(num_nodes) // width
-  src, dst = [], []
-  for offset in (width, width + 1, 2 * width):  # links to the layers behind
-    take = rng.random(num_nodes) < 0.5
-    nodes = np.flatnonzero(take & (np.arange(num_nodes) >= offset))
-    src.append(nodes - offset)
-    dst.append(nodes)
-  src, dst = np.concatenate(src), np.concatenate(dst)
-  keep = layer[src] < layer[dst]
-  src, dst = src[keep], dst[keep]
-  pairs = np.unique(np.stack([src, dst], 1), axis=0)
-  return op_graph.OpGraph.build(
-      name=f"synthetic{num_nodes}",
-      node_names=[f"op{i}" for i in range(num_nodes)],
-      op_types=[f"Op{i % 37}" for i in range(num_nodes)],
-      costs={"GPU": rng.exponential(20.0, num_nodes),
-             "CPU": rng.exponential(200.0, num_nodes)},
-      output_bytes=rng.integers(0, 1 << 22, num_nodes),
-      memory_bytes=np.where(rng.random(num_nodes) < 0.1,
-                            rng.integers(0, 1 << 24, num_nodes), 0),
-      edge_src=pairs[:, 0], edge_dst=pairs[:, 1],
-      edge_bytes=rng.integers(0, 1 << 22, pairs.shape[0]))
 
 
 def _peak_rss_gib() -> float:
@@ -121,7 +93,7 @@ def main(argv):
   import tf_gdp  # pylint: disable=g-import-not-at-top,unused-import
   from tf_gdp.graph import json_io  # pylint: disable=g-import-not-at-top
   graph = (json_io.load_json(_GRAPH.value) if _GRAPH.value
-           else synthetic_graph(_NODES.value))
+           else generators.random_grid_graph(_NODES.value))
   result = run(graph, topology_lib.get(_DEVICES.value),
                repeats=_REPEATS.value, batch=_BATCH.value,
                placer=_PLACER.value, gradient=_GRADIENT.value)

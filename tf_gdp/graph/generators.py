@@ -1,35 +1,27 @@
-"""The graphs a policy trains on: zoo models, graph files and generated DAGs.
+"""Random op graphs: variety for pre-training, sizes for the benchmarks.
 
-A graph-set spec is a comma-separated list of items:
+A graph spec names a generated graph as one of
 
-  gnmt2, rnnlm2:batch=8:num_layers=2   zoo models with optional knobs
-  zoo                                  every benchmark model of the zoo
-  my_graph.json, graphs/*.pb           files or globs (see `sources.load`)
-  layered:N[:width=W][:seed=S]         a random layered DAG of N ops
-                                       (`random_layered_graph`)
-  cells:N[:cell=C][:seed=S]            N ops of randomly wired cells
-                                       (`random_cells_graph`)
-  branches:N[:k=K][:seed=S]            K independent branches of N ops in
-                                       all, joined at the end
-                                       (`random_branches_graph`)
-
-In `pretrain`, any item may end in `@DEVICES` (`branches:80@cpu-workers:2`):
-it is then trained on that topology only, not on every one of the run.
+  layered:N[:width=W][:seed=S]   a random layered DAG of N ops
+                                 (`random_layered_graph`)
+  cells:N[:cell=C][:seed=S]      N ops of randomly wired cells
+                                 (`random_cells_graph`)
+  branches:N[:k=K][:seed=S]      K independent branches of N ops in all,
+                                 joined at the end (`random_branches_graph`)
 
 Pre-training on generated graphs next to the zoo gives the policy variety:
 graphs it has not seen before in shape, width and cost spread, and (the
 branches) independent work that only pays to split where links are slow
-relative to compute, as on CPU workers.
+relative to compute, as on CPU workers. `random_grid_graph` is the policy
+forward-pass benchmark's graph. numpy only, no TensorFlow.
 """
 
-import dataclasses
-from typing import Callable, List, Optional
+from typing import List
 
 import numpy as np
 
 from tf_gdp import errors
 from tf_gdp.graph import op_graph
-from tf_gdp.graph import sources
 
 GENERATORS = ("layered", "cells", "branches")
 # Options each generator takes (besides N), with their lower bounds.
@@ -38,99 +30,24 @@ _OPTIONS = {"layered": {"width": 1, "seed": None},
             "branches": {"k": 2, "seed": None}}
 
 
-@dataclasses.dataclass
-class GraphItem:
-  """One entry of a graph set; `load(devices)` builds it."""
-  label: str
-  generator: Optional[str] = None
-  options: Optional[dict] = None
-  source: Optional[object] = None  # bench.harness.GraphSource
-  devices: Optional[str] = None  # only this topology (the `@DEVICES` suffix)
-
-  def load(self, devices: str) -> sources.LoadedGraph:
-    o = self.options
-    if self.generator == "layered":
-      graph = random_layered_graph(o["n"], width=o.get("width", 100),
-                                   seed=o.get("seed", 0), name=self.label)
-    elif self.generator == "cells":
-      graph = random_cells_graph(o["n"], cell_size=o.get("cell", 32),
-                                 seed=o.get("seed", 0), name=self.label)
-    elif self.generator == "branches":
-      graph = random_branches_graph(o["n"], branches=o.get("k", 2),
-                                    seed=o.get("seed", 0), name=self.label)
-    else:
-      return self.source.load(devices)
-    return sources.LoadedGraph(graph)
+def generate(name: str, options: dict, *, label: str) -> op_graph.OpGraph:
+  """Builds generator `name` with `options` (from `parse_options`)."""
+  o = options
+  if name == "layered":
+    return random_layered_graph(o["n"], width=o.get("width", 100),
+                                seed=o.get("seed", 0), name=label)
+  if name == "cells":
+    return random_cells_graph(o["n"], cell_size=o.get("cell", 32),
+                              seed=o.get("seed", 0), name=label)
+  if name == "branches":
+    return random_branches_graph(o["n"], branches=o.get("k", 2),
+                                 seed=o.get("seed", 0), name=label)
+  raise errors.InputError(f"unknown graph generator {name!r} (known: "
+                          f"{', '.join(GENERATORS)})")
 
 
-def parse(spec: str, *, allow_devices: bool = False) -> List[GraphItem]:
-  """Parses a graph-set spec (module doc); InputError on a bad item.
-
-  `GRAPH@DEVICES` items are only accepted with `allow_devices` (pre-training
-  on several topologies); elsewhere the command's --devices decides.
-  """
-  from tf_gdp.bench import harness  # pylint: disable=g-import-not-at-top
-  generated, others = [], []
-  for entry in [s.strip() for s in spec.split(",") if s.strip()]:
-    item, at, devices = entry.partition("@")
-    if at and not allow_devices:
-      raise errors.InputError(f"{entry!r}: GRAPH@DEVICES is for pretrain; "
-                              "this command places on its --devices")
-    if at and not (item and devices):
-      raise errors.InputError(f"{entry!r}: use GRAPH@DEVICES, e.g. "
-                              "branches:80@cpu-workers:2")
-    name, _, options = item.partition(":")
-    if name in GENERATORS:
-      new = [GraphItem(label=item.replace(":", "_").replace("=", ""),
-                       generator=name,
-                       options=_generator_options(item, name, options))]
-      generated += new
-    else:
-      new = [GraphItem(label=s.label, source=s)
-             for s in harness.parse_graphs(item)]
-      others += new
-    if at:
-      for done in new:
-        done.devices = devices
-        done.label += "@" + devices
-  # Generated graphs first, as always: task order seeds the task draws, so
-  # `make pretrain` reproduces the shipped policy only in this order.
-  items = generated + others
-  if not items:
-    raise errors.InputError("the graph set names no graph")
-  labels = [i.label for i in items]
-  if len(set(labels)) != len(labels):
-    raise errors.InputError(f"the graph set names a graph twice: {labels}")
-  return items
-
-
-def placement_tasks(items: List[GraphItem], devices: List[str], *,
-                    log: Callable[[str], None] = lambda line: None) -> list:
-  """PlacementTasks of `items`: each on every one of `devices`, or on its own.
-
-  Task names are `<label>@<devices>`; an item with its own topology
-  (`GRAPH@DEVICES`) already carries it in its label.
-  """
-  from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  # Topology by topology, then the items with their own (the order seeds
-  # the task draws of a run).
-  pairs = [(item, name) for name in devices for item in items
-           if not item.devices]
-  pairs += [(item, item.devices) for item in items if item.devices]
-  tasks, topologies = [], {}
-  for item, name in pairs:
-    if name not in topologies:
-      topologies[name] = topology_lib.get(name)
-    log(f"loading {item.label} for {name}")
-    loaded = item.load(name)
-    tasks.append(environment.PlacementTask(
-        loaded.graph, topologies[name], extracted=loaded.extracted,
-        name=item.label if item.devices else f"{item.label}@{name}"))
-  return tasks
-
-
-def _generator_options(item: str, name: str, options: str) -> dict:
+def parse_options(item: str, name: str, options: str) -> dict:
+  """The N and KEY=INT options of spec item `item` (`name:options`)."""
   fields = options.split(":") if options else []
   if not fields or not fields[0].isdigit() or int(fields[0]) < 2:
     raise errors.InputError(
@@ -300,3 +217,37 @@ def _log_uniform_costs(rng, n: int, gpu_us, out_bytes):
   sizes = np.exp(rng.uniform(np.log(out_bytes[0]), np.log(out_bytes[1]),
                              n)).astype(np.int64)
   return gpu, cpu, sizes
+
+
+def random_grid_graph(num_nodes: int, seed: int = 0) -> op_graph.OpGraph:
+  """A layered random DAG with GNMT-like size ratios (~1.5 edges per op).
+
+  Layers of about sqrt(N)/2 ops; each op links, each with probability one
+  half, to the ops one layer, one layer and one op, and two layers behind
+  it. 37 op types, exponential costs (GPU mean 20 us, CPU 200 us), ~10% of
+  the ops hold variables. Sized for the policy forward-pass benchmark.
+  """
+  rng = np.random.default_rng(seed)
+  width = max(1, int(np.sqrt(num_nodes) / 2))
+  layer = np.arange(num_nodes) // width
+  src, dst = [], []
+  for offset in (width, width + 1, 2 * width):  # links to the layers behind
+    take = rng.random(num_nodes) < 0.5
+    nodes = np.flatnonzero(take & (np.arange(num_nodes) >= offset))
+    src.append(nodes - offset)
+    dst.append(nodes)
+  src, dst = np.concatenate(src), np.concatenate(dst)
+  keep = layer[src] < layer[dst]
+  src, dst = src[keep], dst[keep]
+  pairs = np.unique(np.stack([src, dst], 1), axis=0)
+  return op_graph.OpGraph.build(
+      name=f"synthetic{num_nodes}",
+      node_names=[f"op{i}" for i in range(num_nodes)],
+      op_types=[f"Op{i % 37}" for i in range(num_nodes)],
+      costs={"GPU": rng.exponential(20.0, num_nodes),
+             "CPU": rng.exponential(200.0, num_nodes)},
+      output_bytes=rng.integers(0, 1 << 22, num_nodes),
+      memory_bytes=np.where(rng.random(num_nodes) < 0.1,
+                            rng.integers(0, 1 << 24, num_nodes), 0),
+      edge_src=pairs[:, 0], edge_dst=pairs[:, 1],
+      edge_bytes=rng.integers(0, 1 << 22, pairs.shape[0]))

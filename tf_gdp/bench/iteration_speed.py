@@ -6,7 +6,7 @@ first iteration (which traces the policy's forward and backward pass) and
 the median of the next ones, split into forward / evaluate / train.
 
 Example:
-  python -m tf_gdp.rl.iteration_benchmark --num_nodes=5000 \
+  python -m tf_gdp.bench.iteration_speed --num_nodes=5000 \
       --topologies=p100x2,p100x4 --placer=transformer_xl
 """
 
@@ -24,8 +24,8 @@ import tf_gdp  # pylint: disable=unused-import
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_gdp import fileio
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import generators
 from tf_gdp.rl import environment
-from tf_gdp.rl import graph_sets
 from tf_gdp.rl import train_lib
 
 _NUM_NODES = flags.DEFINE_integer("num_nodes", 5000, "Ops of the layered DAG.",
@@ -85,7 +85,7 @@ def time_topology(graph, devices: str) -> dict:
 
 def main(argv):
   del argv
-  graph = graph_sets.random_layered_graph(_NUM_NODES.value,
+  graph = generators.random_layered_graph(_NUM_NODES.value,
                                           width=_WIDTH.value)
   print(f"layered DAG: {graph.num_nodes} ops, {graph.num_edges} edges; "
         f"{_PLACER.value} policy (default config), {_SAMPLES.value} samples "
