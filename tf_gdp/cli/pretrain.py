@@ -22,7 +22,7 @@ from absl import flags
 from tf_gdp import errors
 from tf_gdp.rl import cli_lib
 from tf_gdp.rl import graph_sets
-from tf_gdp.rl import train_lib
+from tf_gdp.rl import workflows
 
 _GRAPHS = flags.DEFINE_string(
     "graphs", None, "Comma-separated training graphs: zoo models with knobs "
@@ -74,7 +74,7 @@ def main(argv):
   items = graph_sets.parse(_GRAPHS.value, allow_devices=True)
   tasks = graph_sets.placement_tasks(items, _DEVICES.value,
                                      log=cli_lib.progress)
-  result = train_lib.pretrain(
+  result = workflows.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,
       log=cli_lib.progress)

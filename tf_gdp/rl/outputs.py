@@ -26,6 +26,7 @@ import numpy as np
 from tf_gdp import fileio
 from tf_gdp.graph import identity
 from tf_gdp.rl import environment
+from tf_gdp.rl import rewards
 
 FORMAT = "tf-gdp-placement"
 VERSION = 1
@@ -36,8 +37,8 @@ safe_name = identity.safe_name
 
 
 def placement_document(task: environment.PlacementTask,
-                       best: environment.Best,
-                       reference: Optional[environment.Reference] = None,
+                       best: rewards.Best,
+                       reference: Optional[rewards.Reference] = None,
                        method: str = "gdp",
                        command: Optional[str] = None,
                        reference_measured_us: Optional[float] = None) -> dict:
@@ -69,8 +70,8 @@ def placement_document(task: environment.PlacementTask,
 
 
 def write_placement(path: str, task: environment.PlacementTask,
-                    best: environment.Best,
-                    reference: Optional[environment.Reference] = None,
+                    best: rewards.Best,
+                    reference: Optional[rewards.Reference] = None,
                     method: str = "gdp",
                     reference_measured_us: Optional[float] = None) -> None:
   fileio.write_atomically(path, json.dumps(placement_document(
@@ -79,7 +80,7 @@ def write_placement(path: str, task: environment.PlacementTask,
 
 
 def read_best(path: str, task: environment.PlacementTask,
-              inputs) -> Optional[environment.Best]:
+              inputs) -> Optional[rewards.Best]:
   """The Best a placement file holds for `task`, or None if it is not one."""
   if not os.path.isfile(path):
     return None
@@ -95,14 +96,14 @@ def read_best(path: str, task: environment.PlacementTask,
   return best_from_record(doc, inputs)
 
 
-def best_record(best: environment.Best) -> dict:
+def best_record(best: rewards.Best) -> dict:
   """JSON-able form of a Best (for the checkpoint)."""
   return {"group_devices": [int(d) for d in best.group_devices],
           "step_time_us": float(best.step_time_us), "source": best.source,
           "evaluation": int(best.evaluation)}
 
 
-def best_from_record(record: dict, inputs) -> Optional[environment.Best]:
+def best_from_record(record: dict, inputs) -> Optional[rewards.Best]:
   """Rebuilds a Best from `best_record` output (None if it does not fit)."""
   from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
   groups = np.asarray(record.get("group_devices", []), np.int32)
@@ -113,7 +114,7 @@ def best_from_record(record: dict, inputs) -> Optional[environment.Best]:
     placement = features.group_to_node_placement(inputs, groups)
   except Exception:  # pylint: disable=broad-except
     return None
-  return environment.Best(group_devices=groups, placement=placement,
+  return rewards.Best(group_devices=groups, placement=placement,
                           step_time_us=step,
                           source=str(record.get("source", "simulate")),
                           evaluation=int(record.get("evaluation", 0)))
