@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 # tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it.
-from tf_gdp.rl import train_lib  # pylint: disable=g-bad-import-order
+from tf_gdp.rl import policy_io  # pylint: disable=g-bad-import-order
 from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp import place_batch
@@ -37,7 +37,7 @@ def topology():
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("policy") / "policy")
-  return train_lib.save_policy(train_lib.build_policy(TINY_POLICY), path)
+  return policy_io.save_policy(policy_io.build_policy(TINY_POLICY), path)
 
 
 def test_baseline_result_is_judged_and_compared(graph, topology):
@@ -124,7 +124,7 @@ def test_batch_with_a_bad_policy_or_compare_fails_before_any_graph(graph,
   json_io.save_json(graph, str(tmp_path / "a.json"))
   broken = tmp_path / "broken_policy"
   broken.mkdir()
-  (broken / train_lib.POLICY_CONFIG_FILE).write_text("{not json")
+  (broken / policy_io.POLICY_CONFIG_FILE).write_text("{not json")
   lines = []
   for policy, message in ((str(tmp_path / "none"), "no policy at"),
                           (str(broken), "unreadable policy config")):

@@ -46,7 +46,7 @@ def test_contract_constants():
       "node_features", "op_type_ids", "scope_ids", "edge_src", "edge_dst",
       "edge_features",
       "node_mask", "edge_mask", "group_ids", "group_mask", "device_features",
-      "device_mask", "exploration_noise", "exploration_units", "stage_features",
+      "device_mask", "exploration_noise", "stage_features",
       "allowed",
       "num_nodes", "num_groups", "num_devices")
   assert (policy.F_NODE, policy.F_EDGE, policy.F_DEVICE) == (

@@ -6,6 +6,7 @@ import pytest
 from tf_gdp import errors
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
+from tf_gdp.policy import feature_columns
 from tf_gdp.policy import features
 
 GIB = 1 << 30
@@ -191,5 +192,5 @@ def test_longest_paths_match_a_dynamic_program_on_random_dags():
       preds = src[dst == v]
       if preds.size:
         want[v] = want[preds].max() + 1
-    got = features._longest_path_lengths(n, src, dst)  # pylint: disable=protected-access
+    got = feature_columns.longest_path_lengths(n, src, dst)
     np.testing.assert_array_equal(got, want)

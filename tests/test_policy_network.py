@@ -230,41 +230,6 @@ def test_config_round_trips_through_a_dict():
     network.PolicyConfig.from_dict({"hidden": 3})
 
 
-def test_exploration_noise_moves_whole_scope_units_and_buckets():
-  policy = _policy()
-  n = 12  # two numbered scopes of 6 ops; the second scope starts at op 6
-  names = [f"layer_{i // 6}/op{i}" for i in range(n)]
-  graph = op_graph.OpGraph.build(
-      name="units", node_names=names, op_types=["MatMul"] * n,
-      costs={"GPU": np.full(n, 10.0)}, output_bytes=np.full(n, 1 << 10),
-      memory_bytes=np.zeros(n, int), edge_src=list(range(n - 1)),
-      edge_dst=list(range(1, n)), edge_bytes=np.full(n - 1, 1 << 10))
-  batch = _batch([(graph, _gpus(2))])
-  inputs = features.policy_inputs(graph, _gpus(2))
-  units = inputs.exploration_units
-  assert units[0, 0] != units[6, 0] and (units[:6, 0] == units[0, 0]).all()
-  base = policy(batch).numpy()[0]
-  noise = np.zeros((3, 2, features.EXPLORATION_SIZE), np.float32)
-  noise[1, 1, units[6, 0]] = 5.0   # sample 1: layer_1 leans to GPU 1
-  noise[2, 0, features.EXPLORATION_UNITS + 0] = 5.0  # sample 2: bucket 0
-  every = policy.noisy_logits(batch, tf.constant(noise)).numpy()
-  np.testing.assert_allclose(every[0], base, rtol=1e-5, atol=1e-5)
-  shift = every - base[None]
-  group_of = {int(node): int(inputs.group_ids[p])
-              for p, node in enumerate(inputs.order)}
-  layer_1 = [group_of[i] for i in range(6, 12)]
-  layer_0 = [group_of[i] for i in range(6)]
-  np.testing.assert_allclose(shift[1][layer_1], [[0.0, 5.0]] * 6, atol=1e-4)
-  np.testing.assert_allclose(shift[1][layer_0], 0.0, atol=1e-4)
-  bucket_0 = [g for p, g in enumerate(inputs.group_ids[:n])
-              if inputs.exploration_units[p, 1] == 0]
-  assert bucket_0 and np.allclose(shift[2][bucket_0], [5.0, 0.0], atol=1e-4)
-  # The noise rides in the observation: a row with noise gives its logits.
-  noisy = dict(batch, exploration_noise=noise[1:2])
-  np.testing.assert_allclose(policy(noisy).numpy()[0], every[1], rtol=1e-5,
-                             atol=1e-5)
-
-
 def test_shifted_centres_split_six_stages_differently_over_four_gpus():
   from tf_gdp.policy import devices  # pylint: disable=g-import-not-at-top
   inputs = features.policy_inputs(_layers_graph(), _gpus(4))

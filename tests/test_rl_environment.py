@@ -7,7 +7,9 @@ import pytest
 # environment._rebind_keras_2).
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
 from rl_graphs import GIB, gpus, two_chains  # tests/ helper
+from tf_gdp.rl import observations
 from tf_gdp.rl import outputs
+from tf_gdp.rl import rewards
 from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp import errors
 from tf_gdp import graph_specs
@@ -38,7 +40,7 @@ def test_specs_and_one_step():
   assert (action_spec.minimum, action_spec.maximum) == (0, 1)
   obs_spec = env.observation_spec()
   assert obs_spec["node_features"].shape[0] == 8
-  assert environment.GRAPH_ID in obs_spec
+  assert observations.GRAPH_ID in obs_spec
   first = env.reset()
   assert first.step_type == ts.StepType.FIRST
   for name, spec in obs_spec.items():
@@ -85,17 +87,17 @@ def test_out_of_memory_is_penalized_below_the_reference():
   # No single device holds the graph: the reference is the lower bound.
   assert env.reference(0).method == "lower_bound"
   assert env.reference(0).step_time_us == pytest.approx(400.0)
-  assert evaluation.reward[0] <= -environment.INVALID_PENALTY
+  assert evaluation.reward[0] <= -rewards.INVALID_PENALTY
   assert evaluation.reward[1] == pytest.approx(0.0, abs=1e-6)
   assert env.best(0).step_time_us == pytest.approx(400.0)
 
 
 def test_reward_function():
-  reward = environment.placement_reward([50.0, 100.0, 200.0, 50.0, np.nan],
-                                        [True, True, True, False, False], 100.0)
+  reward = rewards.placement_reward([50.0, 100.0, 200.0, 50.0, np.nan],
+                                    [True, True, True, False, False], 100.0)
   np.testing.assert_allclose(
-      reward, [np.log(2), 0, -np.log(2), -environment.INVALID_PENALTY,
-               -environment.INVALID_PENALTY], rtol=1e-6)
+      reward, [np.log(2), 0, -np.log(2), -rewards.INVALID_PENALTY,
+               -rewards.INVALID_PENALTY], rtol=1e-6)
 
 
 def test_several_tasks_pad_to_the_largest_and_observe_each():
@@ -108,7 +110,7 @@ def test_several_tasks_pad_to_the_largest_and_observe_each():
   seen = set()
   for _ in range(12):
     step = env.reset()
-    seen.add(int(step.observation[environment.GRAPH_ID]))
+    seen.add(int(step.observation[observations.GRAPH_ID]))
     assert env.current_task in (0, 1)
     # Padding devices are never allowed.
     allowed = step.observation["allowed"]

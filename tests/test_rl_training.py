@@ -16,8 +16,13 @@ import pytest
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
 from rl_graphs import gpus, two_chains  # tests/ helper
 from tf_gdp.rl import actor_network
+from tf_gdp.rl import exploration
+from tf_gdp.rl import policy_io
 from tf_gdp.rl import ppo
-from tf_gdp.rl import train_lib
+from tf_gdp.rl import run_dir
+from tf_gdp.rl import train_config
+from tf_gdp.rl import trainer as trainer_lib
+from tf_gdp.rl import workflows
 from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp.cost import simulator
@@ -40,7 +45,7 @@ def tiny_policy(placer, seed=1):
 
 
 def learn_config(seed=1):
-  return train_lib.TrainConfig(
+  return train_config.TrainConfig(
       samples_per_graph=32, graphs_per_iteration=1, seed=seed,
       log_every_seconds=1e9, checkpoint_every_seconds=1e9,
       ppo=ppo.PpoConfig(learning_rate=3e-3, entropy_regularization=0.01))
@@ -53,7 +58,7 @@ def trained(request, tmp_path_factory):
   root = str(tmp_path_factory.mktemp(f"two_chains_{placer}"))
   task = environment.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
-  trainer = train_lib.Trainer(env, tiny_policy(placer), config=learn_config(),
+  trainer = trainer_lib.Trainer(env, tiny_policy(placer), config=learn_config(),
                               root_dir=root, log=lambda line: None)
   first = trainer.run_iteration()
   history = [first]
@@ -93,7 +98,7 @@ def test_checkpoint_round_trip(trained):
   env = trainer.env
   obs = {k: v[None] for k, v in env.observation(0).items()}
   fresh_env = environment.PlacementEnv(env.tasks)
-  restored = train_lib.Trainer(fresh_env, tiny_policy(placer, seed=7),
+  restored = trainer_lib.Trainer(fresh_env, tiny_policy(placer, seed=7),
                                config=learn_config(), root_dir=trainer.root_dir,
                                log=lambda line: None)
   np.testing.assert_allclose(restored.policy(obs).numpy(),
@@ -110,9 +115,9 @@ def test_checkpoint_round_trip(trained):
   np.testing.assert_array_equal(restored.rng.state.numpy(),
                                 trainer.rng.state.numpy())
   # A saved policy loads back with the same logits.
-  path = train_lib.save_policy(trainer.policy,
+  path = policy_io.save_policy(trainer.policy,
                                os.path.join(trainer.root_dir, "exported"))
-  loaded = train_lib.load_policy(path)
+  loaded = policy_io.load_policy(path)
   np.testing.assert_allclose(loaded(obs).numpy(), trainer.policy(obs).numpy(),
                              rtol=1e-6, atol=1e-5)
 
@@ -139,7 +144,7 @@ def test_zeroshot_respects_constraints(trained):
       edge_bytes=graph.edge_bytes, device_kinds=kinds, pinned_devices=pins,
       colocation_groups=groups, fetches=graph.fetches)
   topology = topology_lib.get("p100x4")
-  shot = train_lib.zeroshot(trainer.policy,
+  shot = workflows.zeroshot(trainer.policy,
                             environment.PlacementTask(graph, topology),
                             samples=8, seed=3)
   assert simulator.constraint_problems(graph, shot.placement, topology) == []
@@ -180,10 +185,21 @@ def test_rows_showing_one_graph_are_encoded_once():
     np.testing.assert_allclose(row, alone, rtol=1e-5, atol=1e-4)
 
 
+def _layers(layers):
+  """A chain of `layers` numbered scopes, two ops each: pipeline stages."""
+  n = 2 * layers
+  names = [f"layer_{i // 2}/op{i}" for i in range(n)]
+  return op_graph.OpGraph.build(
+      name=f"layers{layers}", node_names=names, op_types=["MatMul"] * n,
+      costs={"GPU": [100.0] * n}, output_bytes=[1000] * n,
+      memory_bytes=[0] * n, edge_src=list(range(n - 1)),
+      edge_dst=list(range(1, n)), edge_bytes=[1000] * (n - 1))
+
+
 def test_rows_with_exploration_noise_get_their_own_logits():
   env = environment.PlacementEnv([
-      environment.PlacementTask(two_chains(3), gpus(), name="small"),
-      environment.PlacementTask(two_chains(5), gpus(), name="large")])
+      environment.PlacementTask(_layers(3), gpus(), name="small"),
+      environment.PlacementTask(_layers(5), gpus(), name="large")])
   policy = tiny_policy("feedforward")
   rng = np.random.default_rng(0)
   rows = []
@@ -203,11 +219,10 @@ def test_rows_with_exploration_noise_get_their_own_logits():
 def test_exploring_trainer_stores_the_logits_its_samples_came_from():
   """PPO's first-epoch ratio must be exactly 1: the stored behaviour logits
   are what the policy gives each row under that row's noise."""
-  env = environment.PlacementEnv([environment.PlacementTask(two_chains(),
+  env = environment.PlacementEnv([environment.PlacementTask(_layers(4),
                                                             gpus())])
-  config = dataclasses.replace(learn_config(), samples_per_graph=4,
-                               exploration_scale=2.0)
-  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+  config = dataclasses.replace(learn_config(), samples_per_graph=4)
+  trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"), config=config,
                               log=lambda line: None)
   stacked = {k: v[None] for k, v in env.observation(0).items()}
   logits, actions, greedy, values, _, noise, _ = trainer._sample_fn(
@@ -231,9 +246,9 @@ def test_exploring_trainer_stores_the_logits_its_samples_came_from():
 
 def test_saved_policy_configs_load_with_the_behaviour_they_were_saved_with(
     tmp_path):
-  path = train_lib.save_policy(tiny_policy("feedforward"),
+  path = policy_io.save_policy(tiny_policy("feedforward"),
                                str(tmp_path / "policy"))
-  config_file = os.path.join(path, train_lib.POLICY_CONFIG_FILE)
+  config_file = os.path.join(path, policy_io.POLICY_CONFIG_FILE)
   with open(config_file, encoding="utf-8") as f:
     config = json.load(f)
   assert config["scope_features"] is True and config["stage_affinity"] is True
@@ -241,12 +256,12 @@ def test_saved_policy_configs_load_with_the_behaviour_they_were_saved_with(
   del config["stage_affinity"]  # and before the stage affinity
   with open(config_file, "w", encoding="utf-8") as f:
     json.dump(config, f)
-  old = train_lib.read_policy_config(config_file)
+  old = policy_io.read_policy_config(config_file)
   assert old["scope_features"] is False and old["stage_affinity"] is False
   with open(config_file, "w", encoding="utf-8") as f:
     f.write("{not json")
   with pytest.raises(errors.InputError, match="unreadable policy config"):
-    train_lib.load_policy(path)
+    policy_io.load_policy(path)
 
 
 _RESUME_SCRIPT = """
@@ -294,11 +309,12 @@ def test_kill_and_resume_keeps_the_best_placement(tmp_path):
                                    topology_lib.get(devices),
                                    name=f"{item.label}@{devices}")
   resumed_env = environment.PlacementEnv([task])
-  with open(os.path.join(root, train_lib.POLICY_CONFIG_FILE)) as f:
-    policy = train_lib.build_policy(json.load(f))
-  trainer = train_lib.Trainer(resumed_env, policy,
-                              config=train_lib.TrainConfig(samples_per_graph=8),
-                              root_dir=root, log=lambda line: None)
+  with open(os.path.join(root, policy_io.POLICY_CONFIG_FILE)) as f:
+    policy = policy_io.build_policy(json.load(f))
+  trainer = trainer_lib.Trainer(
+      resumed_env, policy,
+      config=train_config.TrainConfig(samples_per_graph=8),
+      root_dir=root, log=lambda line: None)
   iterations = int(trainer.iteration.numpy())
   assert iterations >= 1
   best = resumed_env.best(0)
@@ -307,7 +323,7 @@ def test_kill_and_resume_keeps_the_best_placement(tmp_path):
   placement = [task.topology.device_names[d] for d in best.placement]
   if best.step_time_us == before["step_time_us"]:
     assert placement == [before["placement"][op] for op in task.graph.node_names]
-  result = trainer.run(train_lib.Budget(iterations=iterations + 1))
+  result = trainer.run(train_config.Budget(iterations=iterations + 1))
   assert result.iterations == iterations + 1
   assert result.best[task.name].step_time_us <= before["step_time_us"]
 
@@ -322,12 +338,12 @@ runner.run_command(finetune.main, ["tf-gdp finetune"] + sys.argv[1:])
 def test_best_placements_are_pictured_in_tensorboard(tmp_path):
   task = environment.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
-  config = train_lib.TrainConfig(samples_per_graph=4, graphs_per_iteration=1,
+  config = train_config.TrainConfig(samples_per_graph=4, graphs_per_iteration=1,
                                  log_every_seconds=1e9,
                                  checkpoint_every_seconds=0)
-  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+  trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"), config=config,
                               root_dir=str(tmp_path), log=lambda line: None)
-  trainer.run(train_lib.Budget(iterations=2))
+  trainer.run(train_config.Budget(iterations=2))
   tags = set()
   for path in glob.glob(str(tmp_path / "train" / "events.out.*")):
     for event in tf.compat.v1.train.summary_iterator(path):
@@ -336,15 +352,15 @@ def test_best_placements_are_pictured_in_tensorboard(tmp_path):
 
 
 def test_a_root_holding_another_run_is_refused(tmp_path):
-  config = train_lib.TrainConfig(samples_per_graph=2, graphs_per_iteration=1)
+  config = train_config.TrainConfig(samples_per_graph=2, graphs_per_iteration=1)
   first = environment.PlacementEnv([environment.PlacementTask(two_chains(),
                                                               gpus())])
-  train_lib.Trainer(first, tiny_policy("feedforward"), config=config,
+  trainer_lib.Trainer(first, tiny_policy("feedforward"), config=config,
                     root_dir=str(tmp_path), log=lambda line: None)
   other = environment.PlacementEnv([environment.PlacementTask(
       two_chains(length=3), gpus())])
   with pytest.raises(errors.InputError, match="holds a run over other graphs"):
-    train_lib.Trainer(other, tiny_policy("feedforward"), config=config,
+    trainer_lib.Trainer(other, tiny_policy("feedforward"), config=config,
                       root_dir=str(tmp_path), log=lambda line: None)
 
 
@@ -352,7 +368,7 @@ def test_a_second_process_cannot_train_into_a_busy_root(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, "-c",
        "import fcntl, os, sys, time\n"
-       f"f = open({str(tmp_path / train_lib.LOCK_FILE)!r}, 'a+')\n"
+       f"f = open({str(tmp_path / run_dir.LOCK_FILE)!r}, 'a+')\n"
        "fcntl.flock(f, fcntl.LOCK_EX)\n"
        "f.write(str(os.getpid())); f.flush()\n"
        "print('locked', flush=True)\n"
@@ -361,16 +377,16 @@ def test_a_second_process_cannot_train_into_a_busy_root(tmp_path):
     assert holder.stdout.readline().strip() == "locked"
     with pytest.raises(errors.InputError,
                        match=f"in use by another training run .pid {holder.pid}"):
-      train_lib.lock_root_dir(str(tmp_path))
+      run_dir.lock_root_dir(str(tmp_path))
   finally:
     holder.kill()
     holder.wait()
-  train_lib.lock_root_dir(str(tmp_path))  # free again once the holder died
-  train_lib.lock_root_dir(str(tmp_path))  # and re-entrant in one process
+  run_dir.lock_root_dir(str(tmp_path))  # free again once the holder died
+  run_dir.lock_root_dir(str(tmp_path))  # and re-entrant in one process
 
 
 def test_finetune_command_writes_a_placement(tmp_path):
-  policy_dir = train_lib.save_policy(tiny_policy("feedforward"),
+  policy_dir = policy_io.save_policy(tiny_policy("feedforward"),
                                      str(tmp_path / "policy"))
   out = str(tmp_path / "placement.json")
   graph, devices = "cells:48:cell=12", "p100x2"
@@ -411,15 +427,15 @@ def test_a_policy_stuck_on_one_placement_is_made_to_explore_again():
   config = dataclasses.replace(learn_config(), samples_per_graph=8,
                                refloor_after=2)
   lines = []
-  trainer = train_lib.Trainer(env, policy, config=config,
+  trainer = trainer_lib.Trainer(env, policy, config=config,
                               log=lines.append)
   policy.logit_scale.assign(1e4)  # certain: every sample is the greedy one
-  result = trainer.run(train_lib.Budget(iterations=2))
+  result = trainer.run(train_config.Budget(iterations=2))
   assert [h["distinct_samples"] for h in result.history] == [1.0, 1.0]
   assert float(policy.logit_scale.numpy()) < 1e3
   assert any("2 iterations sampled one placement only" in l for l in lines)
   with pytest.raises(errors.InputError, match="refloor_after"):
-    train_lib.TrainConfig(refloor_after=-1)
+    train_config.TrainConfig(refloor_after=-1)
 
 
 def test_every_other_sample_gets_a_pipeline_push():
@@ -429,9 +445,8 @@ def test_every_other_sample_gets_a_pipeline_push():
   shift = features.PIPELINE_SHIFT_COLUMN
   assert rules == 3 and shift == column + rules
   assert features.EXPLORATION_SIZE == shift + 1
-  noise = train_lib.exploration_noise(
-      [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 0.5,
-      10.0).numpy()
+  noise = exploration.exploration_noise(
+      [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 10.0).numpy()
   pushes = noise[..., column:shift]
   assert (noise[0::2, :, column:] == 0).all()
   # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
@@ -450,9 +465,8 @@ def test_every_other_sample_gets_a_pipeline_push():
   values = noise[shifted, :, shift]
   assert (np.abs(values) <= 0.5).all() and (values != 0).all()
   assert values.std() == pytest.approx(1 / np.sqrt(12), rel=0.1)
-  assert np.std(noise[..., :column]) == pytest.approx(0.5, rel=0.05)
-  off = train_lib.exploration_noise([4, 3, features.EXPLORATION_SIZE],
-                                    tf.constant([1, 2]), 0.0, 0.0)
+  off = exploration.exploration_noise([4, 3, features.EXPLORATION_SIZE],
+                                      tf.constant([1, 2]), 0.0)
   assert not np.any(off.numpy())
 
 
@@ -462,7 +476,7 @@ def test_pipeline_pushes_stop_when_they_do_not_pay_off():
   config = dataclasses.replace(learn_config(), samples_per_graph=4,
                                pipeline_patience=3)
   lines = []
-  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+  trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"), config=config,
                               log=lines.append)
   won = iter([0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0])
   real = trainer.run_iteration
@@ -474,7 +488,7 @@ def test_pipeline_pushes_stop_when_they_do_not_pay_off():
     return dict(raw[-1], pipeline_won=next(won))
 
   trainer.run_iteration = iteration
-  trainer.run(train_lib.Budget(iterations=7))
+  trainer.run(train_config.Budget(iterations=7))
   # A win resets the count; three iterations without one switch them off.
   assert scales == [48.0] * 6 + [0.0]
   assert sum("pipeline exploration off" in l for l in lines) == 1
@@ -482,7 +496,7 @@ def test_pipeline_pushes_stop_when_they_do_not_pay_off():
   # so they win some iterations and not others, by chance.
   assert {r["pipeline_won"] for r in raw} <= {0.0, 1.0}
   with pytest.raises(errors.InputError, match="pipeline_patience"):
-    train_lib.TrainConfig(pipeline_patience=-1)
+    train_config.TrainConfig(pipeline_patience=-1)
 
 
 def test_self_imitation_trains_on_the_best_placement_so_far():
@@ -491,7 +505,7 @@ def test_self_imitation_trains_on_the_best_placement_so_far():
   env = environment.PlacementEnv([environment.PlacementTask(two_chains(),
                                                             gpus())])
   config = dataclasses.replace(learn_config(), samples_per_graph=4)
-  trainer = train_lib.Trainer(env, tiny_policy("feedforward"), config=config,
+  trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"), config=config,
                               log=lambda line: None)
   assert trainer._imitates
   trainer.run_iteration()
@@ -532,14 +546,14 @@ def test_self_imitation_is_for_single_graph_runs_only():
   tasks = [environment.PlacementTask(two_chains(), gpus(), name=name)
            for name in ("a", "b")]
   config = learn_config()
-  trainer = train_lib.Trainer(environment.PlacementEnv(tasks),
+  trainer = trainer_lib.Trainer(environment.PlacementEnv(tasks),
                               tiny_policy("feedforward"), config=config,
                               log=lambda line: None)
   assert not trainer._imitates
-  off = train_lib.Trainer(
+  off = trainer_lib.Trainer(
       environment.PlacementEnv(tasks[:1]), tiny_policy("feedforward"),
       config=dataclasses.replace(config, self_imitation=0.0),
       log=lambda line: None)
   assert not off._imitates
   with pytest.raises(errors.InputError, match="self_imitation"):
-    train_lib.TrainConfig(self_imitation=-1.0)
+    train_config.TrainConfig(self_imitation=-1.0)

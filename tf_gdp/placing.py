@@ -160,13 +160,13 @@ def check_policy(policy: Optional[str] = None) -> str:
   Raises InputError when it is missing or not a loadable saved policy, so
   that a batch fails once, before its first graph, not once per graph.
   """
-  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import policy_io  # pylint: disable=g-import-not-at-top
   policy_path = policy or PRETRAINED_POLICY
   if not os.path.isdir(policy_path):
     raise errors.InputError(
         f"no policy at {policy_path}: pass a saved policy directory, or run "
         "`make pretrain` to build the shipped one")
-  train_lib.load_policy(policy_path)  # config and weights present, readable
+  policy_io.load_policy(policy_path)  # config and weights present, readable
   return policy_path
 
 
@@ -174,12 +174,13 @@ def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
                extracted, log):
   """(placement, seconds, evaluations, details) from the learned policy."""
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
   policy_path = check_policy(policy)
   started = time.perf_counter()
   task = environment.PlacementTask(graph, topology, extracted=extracted,
                                    name=graph.name)
-  shot = train_lib.zeroshot(policy_path, task, samples=samples, seed=seed)
+  shot = workflows.zeroshot(policy_path, task, samples=samples, seed=seed)
   placement = shot.placement
   details = {"mode": "zero-shot", "policy": policy_path,
              "zero_shot_step_time_us": shot.step_time_us,
@@ -188,11 +189,11 @@ def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
              "zero_shot_seconds": shot.seconds}
   evaluations = 1 + samples
   if budget_seconds > 0:
-    config = train_lib.TrainConfig(
+    config = train_config.TrainConfig(
         graphs_per_iteration=1, samples_per_graph=max(samples, 2), seed=seed,
         log_every_seconds=30.0, checkpoint_every_seconds=1e9)
-    tuned = train_lib.finetune(
-        policy_path, task, budget=train_lib.Budget(seconds=budget_seconds),
+    tuned = workflows.finetune(
+        policy_path, task, budget=train_config.Budget(seconds=budget_seconds),
         config=config, log=log or (lambda line: None))
     best = tuned.best[task.name]
     evaluations += tuned.evaluations

@@ -39,7 +39,8 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   """All methods on one graph; rows plus the two search curves."""
   from tf_gdp.baselines import hdp  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
   graph = loaded.graph
   topology = topology_lib.get(devices)
   rows = [_row(r.method, r.step_time_us, r.valid, r.search_seconds, None)
@@ -65,14 +66,14 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
 
   task = environment.PlacementTask(graph, topology, extracted=loaded.extracted,
                                    name=label)
-  shot = train_lib.zeroshot(policy, task, samples=samples, seed=seed)
+  shot = workflows.zeroshot(policy, task, samples=samples, seed=seed)
   shot_evaluations = 1 + samples
   rows.append(_row("gdp_zeroshot", *_judge(graph, shot.placement, topology),
                    shot.seconds, shot_evaluations))
   log(f"  {label} / gdp zero-shot: {shot.step_time_us / 1e3:,.1f} ms "
       f"({shot.seconds:.1f} s)")
   for name, path in (ablations or {}).items():
-    ablated = train_lib.zeroshot(path, task, samples=samples, seed=seed)
+    ablated = workflows.zeroshot(path, task, samples=samples, seed=seed)
     rows.append(_row(f"gdp_zeroshot[{name}]",
                      *_judge(graph, ablated.placement, topology),
                      ablated.seconds, shot_evaluations))
@@ -86,11 +87,11 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   best_placement, best_us = shot.placement, gdp_curve[-1][1]
   tune_seconds = tune_evaluations = 0
   if finetune_seconds > 0:
-    config = train_lib.TrainConfig(
+    config = train_config.TrainConfig(
         graphs_per_iteration=1, samples_per_graph=samples, seed=seed,
         log_every_seconds=60.0, checkpoint_every_seconds=1e9)
-    tuned = train_lib.finetune(
-        policy, task, budget=train_lib.Budget(seconds=finetune_seconds),
+    tuned = workflows.finetune(
+        policy, task, budget=train_config.Budget(seconds=finetune_seconds),
         config=config, log=lambda line: log(f"  {label}: {line}"))
     reference = tuned.references[label].step_time_us
     for stats in tuned.history:

@@ -26,7 +26,9 @@ from tf_gdp import fileio
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import generators
 from tf_gdp.rl import environment
-from tf_gdp.rl import train_lib
+from tf_gdp.rl import policy_io
+from tf_gdp.rl import train_config
+from tf_gdp.rl import trainer as trainer_lib
 
 _NUM_NODES = flags.DEFINE_integer("num_nodes", 5000, "Ops of the layered DAG.",
                                   lower_bound=2)
@@ -50,14 +52,14 @@ def time_topology(graph, devices: str) -> dict:
   env.reference(0)
   env.observation(0)
   setup_s = time.perf_counter() - started
-  policy = train_lib.build_policy({"placer": _PLACER.value})
-  config = train_lib.TrainConfig(samples_per_graph=_SAMPLES.value,
-                                 log_every_seconds=1e9)
+  policy = policy_io.build_policy({"placer": _PLACER.value})
+  config = train_config.TrainConfig(samples_per_graph=_SAMPLES.value,
+                                    log_every_seconds=1e9)
   with tempfile.TemporaryDirectory() as root:
     started = time.perf_counter()
-    trainer = train_lib.Trainer(env, policy, config=config,
-                                root_dir=os.path.join(root, "run"),
-                                log=lambda line: None)
+    trainer = trainer_lib.Trainer(env, policy, config=config,
+                                  root_dir=os.path.join(root, "run"),
+                                  log=lambda line: None)
     build_s = time.perf_counter() - started
     started = time.perf_counter()
     first = trainer.run_iteration()

@@ -43,7 +43,7 @@ BASELINES = ("single_device", "round_robin", "m_topo", "m_etf", "m_sct",
 def check_graph(name: str, cluster, topology, *, policy: str,
                 finetune_seconds: float, sweeps: int, repeats: int,
                 samples: int, seed: int, backend: str = "measure",
-                exploration: float = 0.0, entropy: float = 0.01,
+                entropy: float = 0.01,
                 sim_warmup_seconds: float = 0.0,
                 refloor_after: Optional[int] = None,
                 log=print) -> dict:
@@ -57,10 +57,12 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import exploration  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import ppo  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
   if refloor_after is None:
-    refloor_after = train_lib.REFLOOR_AFTER
+    refloor_after = exploration.REFLOOR_AFTER
   extracted = extract.from_function(agreement_check.BUILDERS[name]())
   graph = graph_specs.op_graph_from_extracted(extracted, name=name,
                                               devices=_DEVICES)
@@ -70,27 +72,27 @@ def check_graph(name: str, cluster, topology, *, policy: str,
                                        seed=seed).placement
   task = environment.PlacementTask(graph, topology, extracted=extracted,
                                    name=name)
-  config = train_lib.TrainConfig(graphs_per_iteration=1,
-                                 samples_per_graph=samples, seed=seed,
-                                 exploration_scale=exploration,
-                                 refloor_after=refloor_after,
-                                 ppo=ppo.PpoConfig(
-                                     entropy_regularization=entropy),
-                                 log_every_seconds=30.0,
-                                 checkpoint_every_seconds=1e9)
+  config = train_config.TrainConfig(graphs_per_iteration=1,
+                                    samples_per_graph=samples, seed=seed,
+                                    refloor_after=refloor_after,
+                                    ppo=ppo.PpoConfig(
+                                        entropy_regularization=entropy),
+                                    log_every_seconds=30.0,
+                                    checkpoint_every_seconds=1e9)
   started = time.perf_counter()
   with tempfile.TemporaryDirectory() as warm_dir:
     if sim_warmup_seconds > 0:
-      warm = train_lib.finetune(
-          policy, task, budget=train_lib.Budget(seconds=sim_warmup_seconds),
+      warm = workflows.finetune(
+          policy, task,
+          budget=train_config.Budget(seconds=sim_warmup_seconds),
           root_dir=warm_dir, config=config,
           env_options={"backend": "simulate"},
           log=lambda line: log(f"  {name} (simulated warm-up): {line}"))
       policy = os.path.join(warm_dir, "policy")
       log(f"  {name}: simulated warm-up {warm.iterations} iterations, best "
           f"{warm.best[name].step_time_us / 1e3:.2f} ms simulated")
-    tuned = train_lib.finetune(
-        policy, task, budget=train_lib.Budget(seconds=finetune_seconds),
+    tuned = workflows.finetune(
+        policy, task, budget=train_config.Budget(seconds=finetune_seconds),
         config=config, env_options={"backend": backend,
                                     "measure_target": cluster,
                                     "measure_repeats": repeats},
@@ -125,7 +127,7 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   return {
       "graph": name, "nodes": graph.num_nodes,
       "node_names": list(graph.node_names), "rows": rows,
-      "finetune": {"backend": backend, "exploration": exploration,
+      "finetune": {"backend": backend,
                    "sim_warmup_seconds": sim_warmup_seconds,
                    "refloor_after": refloor_after,
                    "entropy": entropy,
@@ -171,8 +173,7 @@ def main(argv):
           policy=_POLICY.value or placing.PRETRAINED_POLICY,
           finetune_seconds=_FINETUNE.value, sweeps=_SWEEPS.value,
           repeats=_REPEATS.value, samples=_SAMPLES.value, seed=_SEED.value,
-          backend=_BACKEND.value, exploration=_EXPLORATION.value,
-          entropy=_ENTROPY.value,
+          backend=_BACKEND.value, entropy=_ENTROPY.value,
           sim_warmup_seconds=_SIM_WARMUP.value,
           refloor_after=_REFLOOR.value))
   print(format_table(results))
@@ -180,7 +181,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tf_gdp.rl import train_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import exploration  # pylint: disable=g-import-not-at-top
   _GRAPHS = flags.DEFINE_list("graphs", ["matmul_chains", "lstm"],
                               f"Of {', '.join(agreement_check.BUILDERS)}.")
   _POLICY = flags.DEFINE_string("policy", None, "Pre-trained policy "
@@ -197,9 +198,6 @@ if __name__ == "__main__":
   _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
   _BACKEND = flags.DEFINE_enum("backend", "measure", ["measure", "mix"],
                                "Fine-tuning reward backend.")
-  _EXPLORATION = flags.DEFINE_float(
-      "exploration", 0.0, "Coherent exploration noise of the samples.",
-      lower_bound=0.0)
   _ENTROPY = flags.DEFINE_float("entropy", 0.01, "PPO's entropy bonus.",
                                 lower_bound=0.0)
   _SIM_WARMUP = flags.DEFINE_float(
@@ -207,7 +205,7 @@ if __name__ == "__main__":
       "before the measured stage (0: measured rewards only).",
       lower_bound=0.0)
   _REFLOOR = flags.DEFINE_integer(
-      "refloor_after", train_lib.REFLOOR_AFTER,
+      "refloor_after", exploration.REFLOOR_AFTER,
       "Make the policy explore again after this many "
       "iterations of one placement only (0: never).", lower_bound=0)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")

@@ -27,7 +27,8 @@ from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
 from tf_gdp.rl import environment
 from tf_gdp.rl import outputs
-from tf_gdp.rl import train_lib
+from tf_gdp.rl import rewards
+from tf_gdp.rl import workflows
 
 _POLICY = flags.DEFINE_string(
     "policy", None, "A saved policy directory (`<pretrain root>/policy`) or a "
@@ -70,7 +71,7 @@ def main(argv):
                                    extracted=loaded.extracted,
                                    name=f"{items[0].label}@{_DEVICES.value}")
   if budget is None:
-    shot = train_lib.zeroshot(_POLICY.value, task,
+    shot = workflows.zeroshot(_POLICY.value, task,
                               samples=_ZEROSHOT_SAMPLES.value,
                               seed=_SEED.value)
     print(f"zero-shot: {shot.step_time_us / 1e3:.3f} ms ({shot.chosen}, "
@@ -78,14 +79,14 @@ def main(argv):
           f"{'valid' if shot.valid else 'INVALID: out of memory'}) in "
           f"{shot.seconds:.1f} s")
     if _OUT.value:
-      best = environment.Best(group_devices=shot.group_devices,
-                              placement=shot.placement,
-                              step_time_us=shot.step_time_us,
-                              source="simulate", evaluation=0)
+      best = rewards.Best(group_devices=shot.group_devices,
+                          placement=shot.placement,
+                          step_time_us=shot.step_time_us,
+                          source="simulate", evaluation=0)
       _write(task, best, None, "gdp-zeroshot", command)
     return
   config = _TRAINING.train_config(graphs_per_iteration=1, seed=_SEED.value)
-  result = train_lib.finetune(_POLICY.value, task, budget=budget,
+  result = workflows.finetune(_POLICY.value, task, budget=budget,
                               root_dir=_ROOT_DIR.value, config=config,
                               env_options=env_options, log=cli_lib.progress)
   cli_lib.print_result(result)

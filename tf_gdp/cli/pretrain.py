@@ -24,7 +24,7 @@ from tf_gdp import graph_specs
 from tf_gdp.cli import graph_flags
 from tf_gdp.rl import cli_lib
 from tf_gdp.rl import tasks as tasks_lib
-from tf_gdp.rl import train_lib
+from tf_gdp.rl import workflows
 
 _GRAPHS = flags.DEFINE_string(
     "graphs", None, "Comma-separated training graphs: zoo models with knobs "
@@ -78,7 +78,7 @@ def main(argv):
                             signature=_SIGNATURE.value)
   tasks = tasks_lib.placement_tasks(items, _DEVICES.value,
                                     log=cli_lib.progress)
-  result = train_lib.pretrain(
+  result = workflows.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,
       log=cli_lib.progress)

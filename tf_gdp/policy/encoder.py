@@ -12,6 +12,7 @@ embeddings (padded back to [B, N, H]) and a pooled graph embedding.
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
 
+from tf_gdp.policy import compat
 from tf_gdp.policy import features
 from tf_gdp.policy import scopes
 
@@ -102,7 +103,7 @@ class GraphEncoder(tf.keras.layers.Layer):
     self.num_rounds = num_rounds
     self.op_embedding_size = op_embedding_size
     # False: the inputs of policies saved before scope coordinates existed
-    # (the scope columns and ids are ignored).
+    # (the scope columns and ids are ignored; `compat`).
     self.scope_features = scope_features
     seeds = iter(range(seed, seed + 1000))
 
@@ -164,7 +165,7 @@ class GraphEncoder(tf.keras.layers.Layer):
           [tf.shape(scope_ids)[:2],
            [scopes.NUM_SLOTS * _SCOPE_EMBEDDING_SIZE]], 0)))
     else:
-      pieces[0] = node_features[..., :features.LEGACY_F_NODE]
+      pieces[0] = node_features[..., :compat.UNSCOPED_F_NODE]
     initial = self._input_projection(tf.concat(pieces, axis=-1))
     graph = batch_to_graph_tensor(
         initial, tf.cast(observation["edge_features"], tf.float32), observation)

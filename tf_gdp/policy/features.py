@@ -2,9 +2,10 @@
 
 The policy network and the RL environment exchange observations as a dict of
 padded arrays, so that graphs of different sizes batch together and the
-tf-agents specs stay fixed. This module is the only place that turns the IR
-(`OpGraph`, `Topology`) into those arrays; it is TF-free so the environment
-can build observations without touching TensorFlow.
+tf-agents specs stay fixed. This module and `feature_columns` (which
+computes the columns) are the only place that turns the IR (`OpGraph`,
+`Topology`) into those arrays; both are TF-free so the environment can build
+observations without touching TensorFlow.
 
 Conventions the network relies on:
 
@@ -25,7 +26,6 @@ Conventions the network relies on:
 """
 
 import dataclasses
-import math
 import zlib
 from typing import Optional
 
@@ -35,17 +35,12 @@ from tf_gdp import errors
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
+from tf_gdp.policy import feature_columns
 from tf_gdp.policy import scopes
 
 # Hashed op-type vocabulary: id 0 is padding; real types hash into
 # [1, OP_VOCAB), so op types never seen in training still get an id.
 OP_VOCAB = 1024
-
-# Scales that bring log-magnitudes to O(1): times in microseconds (1 s ~ 13.8),
-# bytes (1 GiB ~ 20.8), degrees and counts (1e4 ~ 9.2).
-_TIME_SCALE = 10.0
-_BYTES_SCALE = 20.0
-_COUNT_SCALE = 10.0
 
 NODE_FEATURE_NAMES = (
     "log_cost_fastest",       # op time on the fastest allowed device
@@ -76,8 +71,6 @@ NODE_FEATURE_NAMES = (
       for what in ("rank", "log_siblings")),
 )
 F_NODE = len(NODE_FEATURE_NAMES)
-# Policies saved before the scope columns existed read only the first ones.
-LEGACY_F_NODE = NODE_FEATURE_NAMES.index("scope_0_rank")
 
 EDGE_FEATURE_NAMES = (
     "log_bytes",
@@ -86,9 +79,6 @@ EDGE_FEATURE_NAMES = (
 )
 F_EDGE = len(EDGE_FEATURE_NAMES)
 
-# Device kinds with their own one-hot slot; any other kind sets "other".
-DEVICE_KINDS = ("GPU", "CPU")
-_INDEX_FREQUENCIES = (1.0, 1.0 / 3.0, 1.0 / 9.0)
 DEVICE_FEATURE_NAMES = (
     "kind_gpu", "kind_cpu", "kind_other",
     "log_speed",                  # log of the speed factor
@@ -104,24 +94,20 @@ DEVICE_FEATURE_NAMES = (
     # Sinusoids of the index among devices of its kind: identical devices
     # still need distinct embeddings, or a policy could never send two
     # chains to two different (but identical) GPUs coherently.
-    *(f"index_{fn}_{i}" for i in range(len(_INDEX_FREQUENCIES))
+    *(f"index_{fn}_{i}"
+      for i in range(len(feature_columns.INDEX_FREQUENCIES))
       for fn in ("sin", "cos")),
     "log_num_devices",
 )
 F_DEVICE = len(DEVICE_FEATURE_NAMES)
 
-# Coherent exploration (see `network`): each sampled placement draws one
-# noise value per (device, unit) and per (device, position bucket); every op
-# of a unit (its outermost numbered name scope, hashed into
-# EXPLORATION_UNITS slots) and of a bucket (an eighth of the topological
-# order) gets the same push. `exploration_noise` holds them: zeros in every
-# observation a graph produces (the greedy policy); samplers fill it.
-EXPLORATION_UNITS = 64
-EXPLORATION_BUCKETS = 8
-# One more column per stage rule (`scopes.STAGE_RULES`): its value on device
-# 0 is the sample's pipeline push, a random gain on the direction of that
-# rule's stages (`devices.stage_direction`).
-PIPELINE_NOISE_COLUMN = EXPLORATION_UNITS + EXPLORATION_BUCKETS
+# Pipeline exploration (see `network`): `exploration_noise` holds a sampled
+# placement's random pushes, zeros in every observation a graph produces
+# (the greedy policy); samplers fill it. One column per stage rule
+# (`scopes.STAGE_RULES`): its value on device 0 is the sample's pipeline
+# push, a random gain on the direction of that rule's stages
+# (`devices.stage_direction`).
+PIPELINE_NOISE_COLUMN = 0
 NUM_STAGE_RULES = len(scopes.STAGE_RULES)
 # And one column of per-device shifts of the stage slots' centres, in slots
 # (`devices.stage_direction`): a push with shifts tries a neighbouring
@@ -145,7 +131,6 @@ _OBSERVATION_LAYOUT = (
     ("device_features", ("D", F_DEVICE), np.float32),
     ("device_mask", ("D",), np.bool_),
     ("exploration_noise", ("D", EXPLORATION_SIZE), np.float32),
-    ("exploration_units", ("N", 2), np.int32),
     ("stage_features", ("N", 2 * NUM_STAGE_RULES), np.float32),
     ("allowed", ("G", "D"), np.bool_),
     ("num_nodes", (), np.int32),
@@ -173,9 +158,6 @@ class PolicyInputs:
     device_mask: bool[D].
     exploration_noise: float32[D, EXPLORATION_SIZE], zeros (the greedy
       policy); a sampler sets it per sample.
-    exploration_units: int32[N, 2] per node: its scope unit slot in
-      [0, EXPLORATION_UNITS) or -1, and its position bucket in
-      [0, EXPLORATION_BUCKETS).
     stage_features: float32[N, 2 * NUM_STAGE_RULES] per node and stage
       rule r (`scopes.STAGE_RULES`): columns 2r, 2r + 1 are its stage along
       the graph's main stack of numbered blocks in [0, 1]
@@ -199,7 +181,6 @@ class PolicyInputs:
   device_features: np.ndarray
   device_mask: np.ndarray
   exploration_noise: np.ndarray
-  exploration_units: np.ndarray
   stage_features: np.ndarray
   allowed: np.ndarray
   order: np.ndarray
@@ -255,7 +236,8 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   order = graph.topo_order.astype(np.int32)
   position = np.empty(n, np.int32)
   position[order] = np.arange(n, dtype=np.int32)
-  group_of_node, num_groups = _groups_in_topological_order(graph, order)
+  group_of_node, num_groups = feature_columns.groups_in_topological_order(
+      graph, order)
 
   sizes = {}
   for label, real, wanted in (("nodes", n, max_nodes), ("edges", m, max_edges),
@@ -287,16 +269,11 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   scope_ids, scope_ranks, scope_counts = scopes.scope_coordinates(
       graph.node_names)
   node_features = np.zeros((big_n, F_NODE), np.float32)
-  node_features[:n] = _node_features(graph, topology, tables, group_of_node,
-                                     group_allowed, order, position,
-                                     scope_ranks, scope_counts)[order]
+  node_features[:n] = _stacked(feature_columns.node_columns(
+      graph, topology, tables, group_of_node, group_allowed, order, position,
+      scope_ranks, scope_counts), NODE_FEATURE_NAMES)[order]
   padded_scope_ids = np.zeros((big_n, scopes.NUM_SLOTS), np.int32)
   padded_scope_ids[:n] = scope_ids[order]
-  exploration_units = np.zeros((big_n, 2), np.int32)
-  exploration_units[:, 0] = -1
-  exploration_units[:n, 0] = scopes.scope_units(
-      graph.node_names, EXPLORATION_UNITS)[order]
-  exploration_units[:n, 1] = np.arange(n) * EXPLORATION_BUCKETS // n
   stage_features = np.zeros((big_n, 2 * NUM_STAGE_RULES), np.float32)
   for r, rule in enumerate(scopes.STAGE_RULES):
     stage, staged = scopes.stage_coordinates(
@@ -313,7 +290,8 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   edge_src[:m] = position[graph.edge_src]
   edge_dst[:m] = position[graph.edge_dst]
   edge_features = np.zeros((big_e, F_EDGE), np.float32)
-  edge_features[:m] = _edge_features(graph, topology)
+  edge_features[:m] = _stacked(feature_columns.edge_columns(graph, topology),
+                               EDGE_FEATURE_NAMES)
 
   group_ids = np.full(big_n, big_g - 1, np.int32)
   group_ids[:n] = group_of_node[order]
@@ -321,7 +299,9 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   allowed[:num_groups, :d] = group_allowed
   allowed[num_groups:, 0] = True
   device_features = np.zeros((big_d, F_DEVICE), np.float32)
-  device_features[:d] = _device_features(graph, topology, tables)
+  device_features[:d] = _stacked(
+      feature_columns.device_columns(graph, topology, tables),
+      DEVICE_FEATURE_NAMES)
 
   return PolicyInputs(
       node_features=node_features, op_type_ids=op_ids,
@@ -331,7 +311,7 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       group_ids=group_ids, group_mask=np.arange(big_g) < num_groups,
       device_features=device_features, device_mask=np.arange(big_d) < d,
       exploration_noise=np.zeros((big_d, EXPLORATION_SIZE), np.float32),
-      exploration_units=exploration_units, stage_features=stage_features,
+      stage_features=stage_features,
       allowed=allowed, order=order, num_nodes=n, num_groups=num_groups,
       num_devices=d)
 
@@ -384,213 +364,6 @@ def observation_spec(max_nodes: int, max_edges: int, max_groups: int,
           for name, axes, dtype in _OBSERVATION_LAYOUT}
 
 
-# ---- features ---------------------------------------------------------------
-
-
-def _groups_in_topological_order(graph: op_graph.OpGraph, order: np.ndarray):
-  """Group id per original node, renumbered by first appearance in `order`."""
-  raw = graph.group_ids
-  num_groups = int(raw.max()) + 1
-  first_position = np.full(num_groups, np.iinfo(np.int64).max, np.int64)
-  np.minimum.at(first_position, raw[order], np.arange(order.shape[0]))
-  rank = np.empty(num_groups, np.int32)
-  rank[np.argsort(first_position, kind="stable")] = np.arange(num_groups)
-  return rank[raw], num_groups
-
-
-def _log(x, scale):
-  return np.log1p(np.maximum(np.asarray(x, np.float64), 0.0)) / scale
-
-
-def _mean_link(topology: topology_lib.Topology):
-  """(bytes per microsecond, latency us) of an average link between devices."""
-  d = topology.num_devices
-  if d < 2:
-    return None, 0.0
-  off = ~np.eye(d, dtype=bool)
-  bytes_per_us = float(np.mean(topology.bandwidth_gbps[off])) * 1e3
-  return bytes_per_us, float(np.mean(topology.latency_us[off]))
-
-
-def _node_features(graph, topology, tables, group_of_node, group_allowed,
-                   order, position, scope_ranks, scope_counts) -> np.ndarray:
-  """float64[n, F_NODE] in original node-id order."""
-  n = graph.num_nodes
-  allowed = group_allowed[group_of_node]  # [n, d] the group's devices
-  duration = tables.duration_us
-  masked = np.where(allowed, duration, np.inf)
-  fastest = masked.min(axis=1)
-  mean = np.where(allowed, duration, 0.0).sum(1) / allowed.sum(1)
-  slowest = duration.max(axis=1)
-  total = float(fastest.sum())
-  mean_op = total / n
-  in_degree = np.bincount(graph.edge_dst, minlength=n)
-  out_degree = np.bincount(graph.edge_src, minlength=n)
-  data = graph.edge_output >= 0
-  data_degree = (np.bincount(graph.edge_dst[data], minlength=n) +
-                 np.bincount(graph.edge_src[data], minlength=n))
-  depth = _longest_path_lengths(n, graph.edge_src, graph.edge_dst)
-  height = _longest_path_lengths(n, graph.edge_dst, graph.edge_src)
-  graph_depth = max(int(depth.max()), 1)
-  capacity = topology.memory_bytes.astype(np.float64)
-  smallest = np.where(allowed, capacity[None, :], np.inf).min(axis=1)
-  link_bytes_per_us, link_latency = _mean_link(topology)
-  if link_bytes_per_us is None:
-    transfer = np.zeros(n)
-  else:
-    transfer = (graph.output_bytes / link_bytes_per_us +
-                np.where(graph.output_bytes > 0, link_latency, 0.0))
-  group_size = np.bincount(group_of_node)[group_of_node]
-  pinned = np.array([p is not None for p in graph.pinned_devices], np.float64)
-  memory = graph.memory_bytes.astype(np.float64)
-
-  columns = {
-      "log_cost_fastest": _log(fastest, _TIME_SCALE),
-      "log_cost_mean": _log(mean, _TIME_SCALE),
-      "log_cost_slowest": _log(slowest, _TIME_SCALE),
-      "log_cost_relative": np.log1p(fastest / mean_op) if mean_op > 0
-                           else np.zeros(n),
-      "work_position": _cumulative_share(fastest, order),
-      "memory_position": _cumulative_share(memory, order),
-      "log_output_bytes": _log(graph.output_bytes, _BYTES_SCALE),
-      "log_memory_bytes": _log(graph.memory_bytes, _BYTES_SCALE),
-      "log_temp_bytes": _log(graph.temp_bytes, _BYTES_SCALE),
-      "memory_fraction": np.minimum(memory / smallest, 4.0),
-      "log_transfer_time": _log(transfer, _TIME_SCALE),
-      "log_in_degree": _log(in_degree, _COUNT_SCALE / 2),
-      "log_out_degree": _log(out_degree, _COUNT_SCALE / 2),
-      "depth": depth / graph_depth,
-      "height": height / graph_depth,
-      "position": position / max(n - 1, 1),
-      "allowed_fraction": allowed.sum(1) / topology.num_devices,
-      "is_pinned": pinned,
-      "is_control_only": (data_degree == 0).astype(np.float64),
-      "log_group_size": _log(group_size - 1, _COUNT_SCALE / 2),
-      "graph_log_nodes": np.full(n, math.log1p(n) / _COUNT_SCALE),
-      "graph_memory_load": np.full(
-          n, min(float(memory.sum()) / float(capacity.sum()), 4.0)),
-      "graph_log_depth": np.full(n, math.log1p(graph_depth) / _COUNT_SCALE),
-  }
-  for slot in range(scopes.NUM_SLOTS):
-    columns[f"scope_{slot}_rank"] = scope_ranks[:, slot]
-    columns[f"scope_{slot}_log_siblings"] = scope_counts[:, slot]
-  return np.stack([columns[name] for name in NODE_FEATURE_NAMES], axis=1)
-
-
-def _cumulative_share(values, order) -> np.ndarray:
-  """Per node (original ids): share of sum(values) strictly before it in order.
-
-  Where an op sits in the work (or memory) of the whole graph is what a
-  pipeline-style split cuts on, so it is given directly.
-  """
-  values = np.asarray(values, np.float64)
-  total = float(values.sum())
-  share = np.zeros(values.shape[0])
-  if total > 0:
-    ordered = values[order]
-    share[order] = (np.cumsum(ordered) - ordered) / total
-  return share
-
-
-def _edge_features(graph, topology) -> np.ndarray:
-  """float64[m, F_EDGE] in the graph's edge order."""
-  link_bytes_per_us, link_latency = _mean_link(topology)
-  nbytes = graph.edge_bytes.astype(np.float64)
-  if link_bytes_per_us is None:
-    transfer = np.zeros_like(nbytes)
-  else:
-    transfer = nbytes / link_bytes_per_us + link_latency
-  columns = {
-      "log_bytes": _log(nbytes, _BYTES_SCALE),
-      "is_control": (graph.edge_output < 0).astype(np.float64),
-      "log_transfer_time": _log(transfer, _TIME_SCALE),
-  }
-  return np.stack([columns[name] for name in EDGE_FEATURE_NAMES], axis=1)
-
-
-def _device_features(graph, topology, tables) -> np.ndarray:
-  """float64[d, F_DEVICE] in the topology's device order."""
-  d = topology.num_devices
-  kinds = topology.kinds
-  speeds = topology.speeds
-  capacity = topology.memory_bytes.astype(np.float64)
-  graph_memory = float(graph.memory_bytes.sum())
-  off = ~np.eye(d, dtype=bool)
-  if d > 1:
-    log_bw = np.log(np.maximum(topology.bandwidth_gbps, 1e-3)) / 5.0
-    log_lat = np.log1p(np.maximum(topology.latency_us, 0.0)) / _TIME_SCALE
-    mean_bw = np.where(off, log_bw, 0.0).sum(1) / (d - 1)
-    min_bw = np.where(off, log_bw, np.inf).min(1)
-    mean_lat = np.where(off, log_lat, 0.0).sum(1) / (d - 1)
-  else:
-    mean_bw = min_bw = mean_lat = np.zeros(1)
-  # Share of the graph's work (at this device's speed) the device may take:
-  # a CPU next to GPUs is allowed most ops but runs them much slower.
-  inverse_time = np.where(tables.allowed, 1.0 / np.maximum(
-      tables.duration_us, 1e-6), 0.0)
-  share = inverse_time / np.maximum(inverse_time.sum(1, keepdims=True), 1e-12)
-  work = np.maximum(tables.duration_us.min(1), 0.0)
-  work_share = (share * work[:, None]).sum(0) / max(float(work.sum()), 1e-12)
-  if work.sum() <= 0:
-    work_share = tables.allowed.mean(0)
-  index_in_kind = np.zeros(d)
-  count_of_kind = np.zeros(d)
-  for kind in set(kinds):
-    members = [j for j, k in enumerate(kinds) if k == kind]
-    index_in_kind[members] = np.arange(len(members))
-    count_of_kind[members] = len(members)
-  columns = {
-      "kind_gpu": np.array([k == "GPU" for k in kinds], np.float64),
-      "kind_cpu": np.array([k == "CPU" for k in kinds], np.float64),
-      "kind_other": np.array([k not in DEVICE_KINDS for k in kinds],
-                             np.float64),
-      "log_speed": np.log(speeds),
-      "relative_speed": speeds / speeds.max(),
-      "log_memory_gib": np.log1p(capacity / (1 << 30)) / 5.0,
-      "memory_fraction": capacity / capacity.sum(),
-      "fits_graph": (np.minimum(capacity / graph_memory, 1.0) if graph_memory
-                     else np.ones(d)),
-      "mean_log_bandwidth": mean_bw,
-      "min_log_bandwidth": min_bw,
-      "mean_log_latency": mean_lat,
-      "work_share": work_share,
-      "relative_index": index_in_kind / count_of_kind,
-      "log_num_devices": np.full(d, math.log(d) / 3.0),
-  }
-  for i, frequency in enumerate(_INDEX_FREQUENCIES):
-    angle = index_in_kind * frequency
-    columns[f"index_sin_{i}"] = np.sin(angle)
-    columns[f"index_cos_{i}"] = np.cos(angle)
-  return np.stack([columns[name] for name in DEVICE_FEATURE_NAMES], axis=1)
-
-
-def _longest_path_lengths(n: int, src: np.ndarray, dst: np.ndarray):
-  """int64[n]: edges on the longest path from any source along src -> dst.
-
-  Level-synchronous Kahn's algorithm: each wave is vectorized, so the cost is
-  O(edges) numpy work plus a small constant per level (a 60k-op GNMT graph
-  has a few thousand levels).
-  """
-  src = np.asarray(src, np.int64)
-  dst = np.asarray(dst, np.int64)
-  indegree = np.bincount(dst, minlength=n).astype(np.int64)
-  by_src = np.argsort(src, kind="stable")
-  targets = dst[by_src]
-  ptr = np.searchsorted(src[by_src], np.arange(n + 1))
-  length = np.zeros(n, np.int64)
-  frontier = np.flatnonzero(indegree == 0)
-  level = 0
-  while frontier.size:
-    length[frontier] = level
-    starts, ends = ptr[frontier], ptr[frontier + 1]
-    counts = ends - starts
-    total = int(counts.sum())
-    if not total:
-      break
-    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    succ = targets[offsets + np.arange(total)]
-    unique, hits = np.unique(succ, return_counts=True)
-    indegree[unique] -= hits
-    frontier = unique[indegree[unique] == 0]
-    level += 1
-  return length
+def _stacked(columns: dict, names) -> np.ndarray:
+  """float64[rows, len(names)]: the named columns side by side."""
+  return np.stack([columns[name] for name in names], axis=1)

@@ -15,27 +15,22 @@ placed once, as one decision) and masked: devices a group may not use and
 padding devices get NEG_LOGIT, padding groups put all mass on device 0.
 NEG_LOGIT is finite so that PPO's entropy and KL terms stay finite.
 
-Coherent exploration. Sampling each group's device independently explores
+Pipeline exploration. Sampling each group's device independently explores
 one op at a time, and some of the best placements are only reachable by
 moving many ops together: pipelining an unrolled RNN means moving a whole
 layer (thousands of ops) to another GPU, and moving a few of its ops first
 only adds transfers, so a policy that explores op by op never sees the
 reward of the move. A sampler may therefore give each sampled placement
-noise (observation `exploration_noise`: one value per device and unit,
-zeros for the greedy policy); `finish` adds to every op's logits the noise
-of its unit (outermost numbered name scope) and of its position bucket
-(an eighth of the topological order), averaged over its group, after the
-logit scale. In one sample a whole layer, or a whole stretch of the graph,
-leans towards the same device. One more noise value per sample and stage
-rule (`scopes.STAGE_RULES`) is a random gain on that rule's pipeline
-direction (`devices.stage_direction`): the sample leans, with that
-strength, towards sending each stage of the graph's main stack of blocks to
-its own device, the whole-layer move that unit noise (which pushes each
-layer towards a random device) almost never lines up. With
-`StageAffinity` (on the first rule's stages), PPO turns the pushes that
-paid off into its learned gain. The noise is part of the observation, so
-PPO's probabilities are exact given it. It has no weights: any policy,
-including ones saved before it existed, explores this way.
+noise (observation `exploration_noise`, zeros for the greedy policy): per
+stage rule (`scopes.STAGE_RULES`) a random gain on that rule's pipeline
+direction (`devices.stage_direction`), and per device a shift of the
+stages' device centres. `finish` adds the pushes, averaged over each group,
+to the logits after the logit scale: the sample leans, with that strength,
+towards sending each stage of the graph's main stack of blocks to its own
+device. With `StageAffinity` (on the first rule's stages), PPO turns the
+pushes that paid off into its learned gain. The noise is part of the
+observation, so PPO's probabilities are exact given it. It has no weights:
+any policy, including ones saved before it existed, explores this way.
 """
 
 import dataclasses
@@ -51,9 +46,6 @@ from tf_gdp.policy import placer as placer_lib
 
 NEG_LOGIT = -1e9
 PLACERS = ("transformer_xl", "feedforward")
-# Fields a saved policy config may lack, with the value that reproduces the
-# policy it was saved from (fields added after that policy was trained).
-SAVED_DEFAULTS = {"scope_features": False, "stage_affinity": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,11 +66,11 @@ class PolicyConfig:
     seed: initializer seed; the same seed gives the same initial weights.
     scope_features: the encoder reads the numbered-scope coordinates
       (`scopes`). Policies saved without this field predate them and load
-      with False (`SAVED_DEFAULTS`).
+      with False (`compat`).
     stage_affinity: scores also get `devices.StageAffinity`, a learned
       gain on the pipeline direction of the first stage rule
       (`devices.stage_direction`). Policies saved without the field load
-      with False.
+      with False (`compat`).
   """
   hidden_size: int = 64
   op_embedding_size: int = 16
@@ -156,7 +148,7 @@ class GdpPolicy(tf.keras.Model):
                      if c.stage_affinity else None)
     # Multiplies the logits; not trained. Fine-tuning lowers it when the
     # pre-trained policy is too sure of itself on a new graph to explore
-    # (`train_lib.apply_entropy_floor`); it is saved with the weights, so
+    # (`rl.exploration.apply_entropy_floor`); it is saved with the weights, so
     # sampling and PPO's ratios always see the same distribution.
     self.logit_scale = tf.Variable(1.0, trainable=False, name="logit_scale")
 
@@ -221,7 +213,7 @@ class GdpPolicy(tf.keras.Model):
 
   @tf.autograph.experimental.do_not_convert
   def finish(self, scores, observation, noise=None):
-    """Masked logits [B, G, D]: scaled scores plus exploration noise.
+    """Masked logits [B, G, D]: scaled scores plus pipeline pushes.
 
     `noise` is float[B, D, features.EXPLORATION_SIZE] or None; the
     observation needs the keys in `_FINISH_KEYS`.
@@ -233,32 +225,14 @@ class GdpPolicy(tf.keras.Model):
       noise = tf.cast(noise, tf.float32)
       logits += tf.cond(
           tf.reduce_any(tf.not_equal(noise, 0.0)),
-          lambda: (_unit_noise(noise, observation, tf.shape(scores)[1]) +
-                   _pipeline_noise(noise, observation, tf.shape(scores)[1])),
+          lambda: _pipeline_noise(noise, observation, tf.shape(scores)[1]),
           lambda: tf.zeros_like(logits))
     return _mask_logits(logits, observation)
 
 
 # Observation entries `finish` reads (per row, when rows share `parts`).
 _FINISH_KEYS = ("allowed", "device_mask", "group_mask", "group_ids",
-                "node_mask", "exploration_units", "stage_features",
-                "device_features")
-
-
-def _unit_noise(noise, observation, num_groups):
-  """[B, G, D]: each group's mean over its ops of unit + bucket noise."""
-  noise = tf.transpose(noise, [0, 2, 1])  # [B, K, D]
-  units = tf.cast(observation["exploration_units"], tf.int32)
-  unit = units[..., 0]
-  bucket = tf.clip_by_value(units[..., 1], 0, features.EXPLORATION_BUCKETS - 1)
-  by_unit = tf.gather(noise, tf.clip_by_value(
-      unit, 0, features.EXPLORATION_UNITS - 1), batch_dims=1)  # [B, N, D]
-  by_unit *= tf.cast(unit >= 0, tf.float32)[..., None]
-  by_bucket = tf.gather(noise, features.EXPLORATION_UNITS + bucket,
-                        batch_dims=1)
-  node_mask = tf.cast(observation["node_mask"], tf.bool)
-  return _group_mean(by_unit + by_bucket, observation["group_ids"], node_mask,
-                     num_groups)
+                "node_mask", "stage_features", "device_features")
 
 
 def _pipeline_noise(noise, observation, num_groups):

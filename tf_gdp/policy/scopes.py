@@ -110,29 +110,6 @@ def scope_coordinates(names: Sequence[str]):
   return ids, ranks, counts
 
 
-def scope_units(names: Sequence[str], num_slots: int) -> np.ndarray:
-  """int32[n]: each op's outermost numbered scope as a slot in [0, num_slots).
-
-  The unit is the scope path up to and including the first numbered
-  component (`lstm/layer_3`, `encoder/layer_0`, `stack_1`; backward ops join
-  their forward scope), hashed into `num_slots`; -1 for ops with no numbered
-  scope. Coherent exploration moves a unit's ops together.
-  """
-  units = np.full(len(names), -1, np.int32)
-  slot_of = {}
-  for i, name in enumerate(names):
-    parts = _forward_scopes(name)
-    for depth, part in enumerate(parts):
-      if _NUMBERED.match(part):
-        key = "/".join(parts[:depth + 1])
-        if key not in slot_of:
-          slot_of[key] = zlib.crc32(key.encode("utf-8")) % num_slots
-        units[i] = slot_of[key]
-        break
-  return units
-
-
-
 # How `stage_coordinates` numbers the blocks and how other ops inherit.
 STAGE_RULES = ("latest_input", "neighbour_median", "inner_major")
 

@@ -6,32 +6,37 @@
     shot = rl.zeroshot(d + "/policy", task, samples=16)
 
 Modules: `environment` (the one-step tf-agents bandit and its reward
-backends), `actor_network` (tf-agents actor and critic around the policy),
-`ppo` (the PPO agent), `train_lib` (the training loop, checkpoints,
-pretrain / finetune / zeroshot), `tasks` (placement tasks from graph specs),
-`outputs` (best placements: placement files and checkpoint records).
+backends), `observations` (its padded observation specs), `rewards` (the
+reward, its reference, evaluation records), `actor_network` (tf-agents
+actor and critic around the policy), `ppo` (the PPO agent), `trainer` (the
+training loop and checkpoints), `train_config` (its settings and budgets),
+`experience` (sampling and PPO's rows), `exploration` (pipeline pushes,
+entropy floor), `run_dir` (a training root directory and its lock),
+`policy_io` (policies on disk), `workflows` (pretrain / finetune /
+zeroshot), `tasks` (placement tasks from graph specs), `outputs` (best placements:
+placement files and checkpoint records).
 Importing this package imports TensorFlow.
 """
 
 from tf_gdp.rl.environment import BACKENDS
-from tf_gdp.rl.environment import INVALID_PENALTY
-from tf_gdp.rl.environment import Best
-from tf_gdp.rl.environment import Evaluation
 from tf_gdp.rl.environment import PlacementEnv
 from tf_gdp.rl.environment import PlacementTask
-from tf_gdp.rl.environment import Reference
-from tf_gdp.rl.environment import placement_reward
+from tf_gdp.rl.policy_io import load_policy
+from tf_gdp.rl.policy_io import save_policy
 from tf_gdp.rl.ppo import PpoConfig
-from tf_gdp.rl.train_lib import Budget
-from tf_gdp.rl.train_lib import TrainConfig
-from tf_gdp.rl.train_lib import Trainer
-from tf_gdp.rl.train_lib import TrainResult
-from tf_gdp.rl.train_lib import ZeroShotResult
-from tf_gdp.rl.train_lib import finetune
-from tf_gdp.rl.train_lib import load_policy
-from tf_gdp.rl.train_lib import pretrain
-from tf_gdp.rl.train_lib import save_policy
-from tf_gdp.rl.train_lib import zeroshot
+from tf_gdp.rl.rewards import INVALID_PENALTY
+from tf_gdp.rl.rewards import Best
+from tf_gdp.rl.rewards import Evaluation
+from tf_gdp.rl.rewards import Reference
+from tf_gdp.rl.rewards import placement_reward
+from tf_gdp.rl.train_config import Budget
+from tf_gdp.rl.train_config import TrainConfig
+from tf_gdp.rl.trainer import Trainer
+from tf_gdp.rl.trainer import TrainResult
+from tf_gdp.rl.workflows import ZeroShotResult
+from tf_gdp.rl.workflows import finetune
+from tf_gdp.rl.workflows import pretrain
+from tf_gdp.rl.workflows import zeroshot
 
 __all__ = [
     "BACKENDS",

@@ -23,7 +23,7 @@ reward, which a cheap summary predicts well; sharing the policy's encoder
 would couple the value loss into the placer's representation (a known source
 of interference in PPO) and would need the policy's internals, which its
 contract (`call(observation) -> logits`) does not expose. The trainer's
-advantages use the per-graph sample mean anyway (see `train_lib`); the
+advantages use the per-graph sample mean anyway (see `trainer`); the
 critic is there for tf-agents' value loss and as a diagnostic.
 """
 
@@ -37,7 +37,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import nest_utils
 
-from tf_gdp.rl import environment
+from tf_gdp.rl import observations as observations_lib
 
 tfd = tfp.distributions
 
@@ -70,10 +70,10 @@ def shared_logits(policy, observations: dict, training: bool = False):
 
   A policy with `parts` / `finish` (GdpPolicy) runs its network once per
   distinct graph and finishes every row with that row's own exploration
-  noise; any other policy is called once per distinct graph.
+  noise (pipeline pushes); any other policy is called once per distinct graph.
   """
   observations = dict(observations)
-  ids = observations.pop(environment.GRAPH_ID, None)
+  ids = observations.pop(observations_lib.GRAPH_ID, None)
   if ids is None:
     return policy(observations, training=training)
   unique, index = tf.unique(tf.reshape(ids, [-1]))

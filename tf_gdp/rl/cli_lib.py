@@ -13,33 +13,34 @@ from typing import Any, Optional
 
 from tf_gdp import errors
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.rl import exploration
 from tf_gdp.rl import ppo
-from tf_gdp.rl import train_lib
+from tf_gdp.rl import train_config as train_config_lib
+from tf_gdp.rl import trainer
 
 
 def budget(*, seconds: Optional[float], evaluations: Optional[int],
-           iterations: Optional[int]) -> train_lib.Budget:
+           iterations: Optional[int]) -> train_config_lib.Budget:
   if seconds is None and evaluations is None and iterations is None:
     raise errors.InputError(
         "give a budget: --budget_seconds, --budget_evaluations and/or "
         "--budget_iterations")
-  return train_lib.Budget(evaluations=evaluations, seconds=seconds,
-                          iterations=iterations)
+  return train_config_lib.Budget(evaluations=evaluations, seconds=seconds,
+                                 iterations=iterations)
 
 
 def train_config(*, samples: int, graphs_per_iteration: int,
                  learning_rate: float, epochs: int, entropy: float,
                  ratio: str, seed: int, log_every_seconds: float,
                  checkpoint_every_seconds: float,
-                 exploration_scale: float = train_lib.EXPLORATION_SCALE,
-                 pipeline_exploration: float = train_lib.PIPELINE_EXPLORATION,
-                 refloor_after: int = train_lib.REFLOOR_AFTER
-                 ) -> train_lib.TrainConfig:
-  return train_lib.TrainConfig(
+                 pipeline_exploration: float = (
+                     exploration.PIPELINE_EXPLORATION),
+                 refloor_after: int = exploration.REFLOOR_AFTER
+                 ) -> train_config_lib.TrainConfig:
+  return train_config_lib.TrainConfig(
       samples_per_graph=samples, graphs_per_iteration=graphs_per_iteration,
       seed=seed, log_every_seconds=log_every_seconds,
       checkpoint_every_seconds=checkpoint_every_seconds,
-      exploration_scale=exploration_scale,
       pipeline_exploration=pipeline_exploration, refloor_after=refloor_after,
       ppo=ppo.PpoConfig(learning_rate=learning_rate, num_epochs=epochs,
                         entropy_regularization=entropy, ratio=ratio))
@@ -75,7 +76,6 @@ class TrainingFlags:
   learning_rate: Any
   epochs: Any
   entropy: Any
-  exploration: Any
   pipeline_exploration: Any
   refloor_after: Any
   ratio: Any
@@ -85,20 +85,19 @@ class TrainingFlags:
   log_every: Any
   checkpoint_every: Any
 
-  def budget(self) -> train_lib.Budget:
+  def budget(self) -> train_config_lib.Budget:
     return budget(seconds=self.budget_seconds.value,
                   evaluations=self.budget_evaluations.value,
                   iterations=self.budget_iterations.value)
 
   def train_config(self, *, graphs_per_iteration: int,
-                   seed: int) -> train_lib.TrainConfig:
+                   seed: int) -> train_config_lib.TrainConfig:
     return train_config(
         samples=self.samples.value, graphs_per_iteration=graphs_per_iteration,
         learning_rate=self.learning_rate.value, epochs=self.epochs.value,
         entropy=self.entropy.value, ratio=self.ratio.value, seed=seed,
         log_every_seconds=self.log_every.value,
         checkpoint_every_seconds=self.checkpoint_every.value,
-        exploration_scale=self.exploration.value,
         pipeline_exploration=self.pipeline_exploration.value,
         refloor_after=self.refloor_after.value)
 
@@ -132,20 +131,14 @@ def define_training_flags(module_name: str) -> TrainingFlags:
       entropy=flags.DEFINE_float(
           "entropy", 0.01, "Weight of the per-group entropy bonus.",
           lower_bound=0.0, **own),
-      exploration=flags.DEFINE_float(
-          "exploration", train_lib.EXPLORATION_SCALE, "Standard deviation "
-          "of the coherent exploration noise: each sampled placement pushes "
-          "whole name scopes and stretches of the graph towards random "
-          "devices (0: sample every op group independently).",
-          lower_bound=0.0, **own),
       pipeline_exploration=flags.DEFINE_float(
-          "pipeline_exploration", train_lib.PIPELINE_EXPLORATION,
+          "pipeline_exploration", exploration.PIPELINE_EXPLORATION,
           "Standard deviation of the random pipeline gain of every other "
           "sampled placement: a push towards sending each stage of the "
           "graph's stack of numbered blocks (layer_0, layer_1, ...) to its "
           "own device (0: none).", lower_bound=0.0, **own),
       refloor_after=flags.DEFINE_integer(
-          "refloor_after", train_lib.REFLOOR_AFTER, "After this many "
+          "refloor_after", exploration.REFLOOR_AFTER, "After this many "
           "iterations in a row whose samples were all one placement, make "
           "the policy explore again (one graph only; 0: never).",
           lower_bound=0, **own),
@@ -188,7 +181,7 @@ def progress(line: str) -> None:
   sys.stderr.flush()
 
 
-def print_result(result: train_lib.TrainResult) -> None:
+def print_result(result: trainer.TrainResult) -> None:
   """One line per task: best step time against the reference."""
   print(f"{result.iterations} iterations, {result.evaluations} evaluations, "
         f"{result.seconds:.0f} s")

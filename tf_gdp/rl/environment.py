@@ -5,22 +5,7 @@ turned into a bandit: `reset` picks a (graph, topology) task from the set
 and shows it as the padded observation of `tf_gdp.policy.features`; the
 action places every colocation group at once (int32[G_max], one device index
 per group, padding ignored); `step` prices the placement and ends the episode.
-
-Reward. Step times are normalized by a reference placement of the same
-task, so that graphs whose steps take microseconds and graphs whose steps
-take seconds train together:
-
-    reward = log(reference_us / step_time_us)          (valid placements)
-    reward = min(0, log(reference_us / step_time_us)) - INVALID_PENALTY
-                                                       (invalid ones)
-
-0 means "as fast as the reference", +0.69 twice as fast. The reference is
-the faster (valid) of `single_device` and `human_expert` (when the graph has
-expert rules) from `tf_gdp.baselines`; when no single device holds the graph
-it is the communication-free lower bound. An invalid placement (out of
-memory; hard constraints cannot break, the policy masks them and groups are
-placed whole) scores below the reference by INVALID_PENALTY, and never above
-it, so running out of memory never pays.
+The reward and its reference placement: `rewards`.
 
 Backends price a placement:
   * `simulate` (default): `tf_gdp.cost.simulator.simulate_batch`.
@@ -45,7 +30,6 @@ import contextlib
 import dataclasses
 import hashlib
 import io
-import logging
 import math
 import sys
 import time
@@ -72,12 +56,12 @@ from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
 from tf_gdp import errors
-from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 from tf_gdp.policy import features
-from tf_gdp.policy import scopes
+from tf_gdp.rl import observations
+from tf_gdp.rl import rewards
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 
@@ -99,12 +83,7 @@ def _rebind_keras_2() -> None:
 
 
 _rebind_keras_2()
-INVALID_PENALTY = 3.0
 BACKENDS = ("simulate", "measure", "mix")
-REFERENCE_METHODS = ("single_device", "human_expert")
-# Extra observation entry: rows of a batch with the same id show the same
-# task, so the actor network encodes each distinct graph once per batch.
-GRAPH_ID = "graph_id"
 
 
 @dataclasses.dataclass
@@ -128,82 +107,6 @@ class PlacementTask:
       self.name = f"{self.graph.name}@{self.topology.name}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Reference:
-  """The placement rewards are normalized by.
-
-  Attributes:
-    method: "single_device", "human_expert" or "lower_bound".
-    step_time_us: its simulated step time (the lower bound itself for
-      "lower_bound").
-    placement: int32[num_nodes], or None for the lower bound.
-  """
-  method: str
-  step_time_us: float
-  placement: Optional[np.ndarray]
-
-
-@dataclasses.dataclass
-class Best:
-  """The best valid placement seen for one task.
-
-  Attributes:
-    group_devices: int32[num_groups] device per colocation group (the
-      policy's action, unpadded).
-    placement: int32[num_nodes] device per op (original node ids).
-    step_time_us: its step time, by `source`.
-    source: "simulate" or "measure".
-    evaluation: the environment's evaluation count when it was found.
-  """
-  group_devices: np.ndarray
-  placement: np.ndarray
-  step_time_us: float
-  source: str
-  evaluation: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Evaluation:
-  """What `evaluate` found for a batch of B placements of one task.
-
-  Attributes:
-    reward: float32[B].
-    step_time_us: float64[B] as judged (measured where measured).
-    simulated_us: float64[B] simulated step time (NaN under `measure`).
-    measured: bool[B] whether the row was measured.
-    valid: bool[B].
-    placements: int32[B, num_nodes] device per op.
-  """
-  reward: np.ndarray
-  step_time_us: np.ndarray
-  simulated_us: np.ndarray
-  measured: np.ndarray
-  valid: np.ndarray
-  placements: np.ndarray
-
-
-def placement_reward(step_time_us, valid, reference_us: float) -> np.ndarray:
-  """float32 rewards of step times against the reference (module doc)."""
-  step = np.asarray(step_time_us, np.float64)
-  valid = np.asarray(valid, bool)
-  with np.errstate(divide="ignore", invalid="ignore"):
-    ratio = np.log(reference_us / np.maximum(step, 1e-9))
-  ratio = np.where(np.isfinite(ratio), ratio, 0.0)
-  reward = np.where(valid & np.isfinite(step), ratio,
-                    np.minimum(ratio, 0.0) - INVALID_PENALTY)
-  return reward.astype(np.float32)
-
-
-def padding_for(tasks: Sequence[PlacementTask]) -> dict:
-  """The smallest padding that holds every task: max_nodes, ... max_devices."""
-  return {
-      "max_nodes": max(t.graph.num_nodes for t in tasks),
-      "max_edges": max(max(t.graph.num_edges for t in tasks), 1),
-      "max_groups": max(int(t.graph.group_ids.max()) + 1 for t in tasks),
-      "max_devices": max(t.topology.num_devices for t in tasks),
-  }
-
-
 class PlacementEnv(py_environment.PyEnvironment):
   """One-step placement bandit over a set of tasks (see the module doc)."""
 
@@ -216,7 +119,7 @@ class PlacementEnv(py_environment.PyEnvironment):
                mix_slack: float = 1.05,
                measure_confirm: int = 2,
                padding: Optional[dict] = None,
-               reference_methods: Sequence[str] = REFERENCE_METHODS,
+               reference_methods: Sequence[str] = rewards.REFERENCE_METHODS,
                seed: int = 0):
     """Builds the environment; observations are built lazily per task.
 
@@ -264,7 +167,8 @@ class PlacementEnv(py_environment.PyEnvironment):
       raise errors.InputError(f"task names must be unique, got {names}")
     self._tasks = list(tasks)
     self._backend = backend
-    self._padding = dict(padding_for(self._tasks), **(padding or {}))
+    self._padding = dict(observations.padding_for(self._tasks),
+                         **(padding or {}))
     self._reference_methods = tuple(reference_methods)
     self._rng = np.random.default_rng(seed)
     self._inputs = [None] * len(self._tasks)
@@ -289,7 +193,8 @@ class PlacementEnv(py_environment.PyEnvironment):
     self.measurements = 0
     self.confirmations = 0  # repeated measurements of would-be bests
     self.measure_seconds = 0.0
-    self._observation_spec = observation_spec(self._padding, len(self._tasks))
+    self._observation_spec = observations.observation_spec(self._padding,
+                                                           len(self._tasks))
     self._action_spec = array_spec.BoundedArraySpec(
         (self._padding["max_groups"],), np.int32, minimum=0,
         maximum=self._padding["max_devices"] - 1, name="group_devices")
@@ -336,14 +241,14 @@ class PlacementEnv(py_environment.PyEnvironment):
     """The task's observation dict (numpy, unbatched; built once)."""
     if self._observations[index] is None:
       obs = features.as_tensors(self.inputs(index))
-      obs[GRAPH_ID] = np.asarray(index, np.int32)
+      obs[observations.GRAPH_ID] = np.asarray(index, np.int32)
       self._observations[index] = obs
     return self._observations[index]
 
-  def reference(self, index: int) -> Reference:
+  def reference(self, index: int) -> rewards.Reference:
     """The task's reward reference (computed once; see the module doc)."""
     if self._references[index] is None:
-      self._references[index] = compute_reference(
+      self._references[index] = rewards.compute_reference(
           self._tasks[index], self._reference_methods)
     return self._references[index]
 
@@ -369,10 +274,10 @@ class PlacementEnv(py_environment.PyEnvironment):
     """The reference's measured step time if it was measured, else None."""
     return self._measured_references[index]
 
-  def best(self, index: int) -> Optional[Best]:
+  def best(self, index: int) -> Optional[rewards.Best]:
     return self._best[index]
 
-  def set_best(self, index: int, best: Optional[Best]) -> None:
+  def set_best(self, index: int, best: Optional[rewards.Best]) -> None:
     """Installs a best placement (restoring a checkpoint)."""
     self._best[index] = best
     if best is not None and best.source == "simulate":
@@ -387,7 +292,7 @@ class PlacementEnv(py_environment.PyEnvironment):
 
   # ---- evaluation ----------------------------------------------------------
 
-  def evaluate(self, index: int, group_devices) -> Evaluation:
+  def evaluate(self, index: int, group_devices) -> rewards.Evaluation:
     """Prices B placements of task `index` (int[B, G] device per group).
 
     Updates the evaluation counters and the task's best placement.
@@ -415,7 +320,7 @@ class PlacementEnv(py_environment.PyEnvironment):
       simulated = result.step_time_us.astype(np.float64)
       valid = result.valid & in_range
       step = simulated.copy()
-      reward = placement_reward(step, valid, self.reference_us(index))
+      reward = rewards.placement_reward(step, valid, self.reference_us(index))
       self.evaluations += batch
     if self._backend == "measure":
       for b in range(batch):
@@ -424,7 +329,8 @@ class PlacementEnv(py_environment.PyEnvironment):
           measured[b] = True
           valid[b] = m.valid
           step[b] = m.step_time_us
-      reward = placement_reward(step, valid, self.reference_us(index, "measure"))
+      reward = rewards.placement_reward(step, valid,
+                                        self.reference_us(index, "measure"))
       self.evaluations += batch
     elif self._backend == "mix":
       for b in self._mix_candidates(index, simulated, valid, placements):
@@ -432,12 +338,13 @@ class PlacementEnv(py_environment.PyEnvironment):
         measured[b] = True
         valid[b] = m.valid
         step[b] = m.step_time_us
-        reward[b] = placement_reward(
+        reward[b] = rewards.placement_reward(
             step[b:b + 1], valid[b:b + 1],
             self.reference_us(index, "measure"))[0]
     self._update_best(index, real, placements, step, valid, measured, simulated)
-    return Evaluation(reward=reward, step_time_us=step, simulated_us=simulated,
-                      measured=measured, valid=valid, placements=placements)
+    return rewards.Evaluation(
+        reward=reward, step_time_us=step, simulated_us=simulated,
+        measured=measured, valid=valid, placements=placements)
 
   def _mix_candidates(self, index, simulated, valid, placements) -> list:
     """Rows to measure: fastest valid ones near the best simulated time."""
@@ -482,7 +389,7 @@ class PlacementEnv(py_environment.PyEnvironment):
         if not confirmed.valid or (current is not None and
                                    not value < current.step_time_us):
           continue
-      self._best[index] = Best(
+      self._best[index] = rewards.Best(
           group_devices=real[b].astype(np.int32),
           placement=placements[b].astype(np.int32),
           step_time_us=value,
@@ -572,56 +479,6 @@ class PlacementEnv(py_environment.PyEnvironment):
   def set_state(self, state) -> None:
     self._current = int(state["current"])
     self._rng.bit_generator.state = state["rng"]
-
-
-def observation_spec(padding: dict, num_tasks: int) -> dict:
-  """ArraySpecs of the observation; integer entries are bounded.
-
-  The bounds matter: tf-agents builds networks by calling them on a sample
-  of the spec, and an unbounded int32 sample is no valid op-type id or node
-  index.
-  """
-  n, g, d = (padding["max_nodes"], padding["max_groups"],
-             padding["max_devices"])
-  bounds = {"op_type_ids": (0, features.OP_VOCAB - 1),
-            "scope_ids": (0, scopes.SCOPE_VOCAB - 1),
-            "exploration_units": (-1, features.EXPLORATION_UNITS - 1),
-            "edge_src": (0, n - 1), "edge_dst": (0, n - 1),
-            "group_ids": (0, g - 1), "num_nodes": (1, n),
-            "num_groups": (1, g), "num_devices": (1, d)}
-  specs = {}
-  for name, (shape, dtype) in features.observation_spec(**padding).items():
-    if name in bounds:
-      low, high = bounds[name]
-      specs[name] = array_spec.BoundedArraySpec(shape, dtype, low, high,
-                                                name=name)
-    else:
-      specs[name] = array_spec.ArraySpec(shape, dtype, name=name)
-  specs[GRAPH_ID] = array_spec.BoundedArraySpec(
-      (), np.int32, 0, max(num_tasks - 1, 0), name=GRAPH_ID)
-  return specs
-
-
-def compute_reference(task: PlacementTask,
-                      methods: Sequence[str] = REFERENCE_METHODS) -> Reference:
-  """The faster valid placement of `methods`, else the lower bound."""
-  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
-  best = None
-  for method in methods:
-    try:
-      result = baselines.run(method, task.graph, task.topology)
-    except errors.InputError as e:
-      logging.debug("reference %s unavailable for %s: %s", method, task.name,
-                   str(e).splitlines()[0] if str(e) else e)
-      continue
-    outcome = simulator.simulate(task.graph, result.placement, task.topology)
-    step = outcome.step_time_us
-    if outcome.valid and (best is None or step < best.step_time_us):
-      best = Reference(method, step, np.asarray(result.placement, np.int32))
-  if best is not None:
-    return best
-  bound = lower_bound_lib.lower_bound(task.graph, task.topology)
-  return Reference("lower_bound", max(float(bound), 1e-3), None)
 
 
 def _placement_key(placement: np.ndarray) -> bytes:

@@ -25,14 +25,15 @@ from tf_gdp import errors
 from tf_gdp import placement_file
 from tf_gdp.graph import identity
 from tf_gdp.rl import environment
+from tf_gdp.rl import rewards
 
 graph_fingerprint = identity.graph_fingerprint
 safe_name = identity.safe_name
 
 
 def placement_document(task: environment.PlacementTask,
-                       best: environment.Best,
-                       reference: Optional[environment.Reference] = None,
+                       best: rewards.Best,
+                       reference: Optional[rewards.Reference] = None,
                        method: str = "gdp",
                        command: Optional[str] = None,
                        reference_measured_us: Optional[float] = None) -> dict:
@@ -57,8 +58,8 @@ def placement_document(task: environment.PlacementTask,
 
 
 def write_placement(path: str, task: environment.PlacementTask,
-                    best: environment.Best,
-                    reference: Optional[environment.Reference] = None,
+                    best: rewards.Best,
+                    reference: Optional[rewards.Reference] = None,
                     method: str = "gdp",
                     reference_measured_us: Optional[float] = None,
                     command: Optional[str] = None) -> None:
@@ -69,7 +70,7 @@ def write_placement(path: str, task: environment.PlacementTask,
 
 
 def read_best(path: str, task: environment.PlacementTask,
-              inputs) -> Optional[environment.Best]:
+              inputs) -> Optional[rewards.Best]:
   """The Best a placement file holds for `task`, or None if it is not one."""
   if not os.path.isfile(path):
     return None
@@ -83,14 +84,14 @@ def read_best(path: str, task: environment.PlacementTask,
   return best_from_record(loaded.document, inputs)
 
 
-def best_record(best: environment.Best) -> dict:
+def best_record(best: rewards.Best) -> dict:
   """JSON-able form of a Best (for the checkpoint)."""
   return {"group_devices": [int(d) for d in best.group_devices],
           "step_time_us": float(best.step_time_us), "source": best.source,
           "evaluation": int(best.evaluation)}
 
 
-def best_from_record(record: dict, inputs) -> Optional[environment.Best]:
+def best_from_record(record: dict, inputs) -> Optional[rewards.Best]:
   """Rebuilds a Best from `best_record` output (None if it does not fit)."""
   from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
   groups = np.asarray(record.get("group_devices", []), np.int32)
@@ -101,7 +102,7 @@ def best_from_record(record: dict, inputs) -> Optional[environment.Best]:
     placement = features.group_to_node_placement(inputs, groups)
   except Exception:  # pylint: disable=broad-except
     return None
-  return environment.Best(group_devices=groups, placement=placement,
+  return rewards.Best(group_devices=groups, placement=placement,
                           step_time_us=step,
                           source=str(record.get("source", "simulate")),
                           evaluation=int(record.get("evaluation", 0)))

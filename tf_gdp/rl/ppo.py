@@ -4,7 +4,7 @@ What differs from tf-agents' defaults, and why:
 
 * `compute_value_and_advantage_in_train=False`: the trainer fills in each
   row's return (= its reward: one step, no bootstrapping) and advantage
-  itself, from the B placements it sampled per graph (see `train_lib`).
+  itself, from the B placements it sampled per graph (see `trainer`).
   tf-agents then trains on [rows, 1] trajectories as they are.
 * No reward or observation normalization: rewards are already normalized
   per graph (log ratio to a reference placement), and the observation holds

@@ -1,0 +1,78 @@
+"""A training root directory: what one run keeps in it, and its lock.
+
+  <root>/.lock             held by the process training into it
+  <root>/run.json          the run's tasks (name, graph fingerprint, devices)
+  <root>/best/<task>.json  each task's best placement, rewritten when it
+                           improves
+  <root>/checkpoints/      the trainer's checkpoints
+  <root>/train/            TensorBoard summaries
+  <root>/policy/           the exported policy (`policy_io.save_policy`)
+
+A resumed run must train on the same tasks (`check_run_file`), and only one
+process at a time may train into a root directory (`lock_root_dir`).
+"""
+
+import fcntl
+import json
+import os
+
+from tf_gdp import errors
+from tf_gdp import fileio
+from tf_gdp.rl import outputs
+
+RUN_FILE = "run.json"
+LOCK_FILE = ".lock"
+# Root directories this process holds the lock of: path -> open lock file.
+_HELD_LOCKS = {}
+
+
+def lock_root_dir(root_dir: str) -> None:
+  """Refuses a second process training into the same root directory.
+
+  Two runs interleaving checkpoints and best placements in one folder would
+  corrupt each other's resume state. The lock is an flock on
+  `<root>/.lock`, held until this process exits (the kernel drops it on a
+  crash or SIGKILL, so a killed run never blocks its own restart); the same
+  process may reopen its own root (sequential runs, tests).
+  """
+  path = os.path.join(os.path.abspath(root_dir), LOCK_FILE)
+  if path in _HELD_LOCKS:
+    return
+  handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    handle.seek(0)
+    owner = handle.read().strip() or "unknown"
+    handle.close()
+    raise errors.InputError(
+        f"{root_dir} is in use by another training run (pid {owner}); wait "
+        "for it to finish or use another root directory") from e
+  handle.seek(0)
+  handle.truncate()
+  handle.write(str(os.getpid()))
+  handle.flush()
+  _HELD_LOCKS[path] = handle
+
+
+def check_run_file(root_dir: str, tasks) -> None:
+  """Writes `run.json` for a new run; refuses a root holding other tasks."""
+  path = os.path.join(root_dir, RUN_FILE)
+  doc = {"tasks": [{"name": t.name,
+                    "fingerprint": outputs.graph_fingerprint(t.graph),
+                    "topology": t.topology.name}
+                   for t in tasks]}
+  if os.path.isfile(path):
+    with open(path, encoding="utf-8") as f:
+      previous = json.load(f)
+    if previous.get("tasks") != doc["tasks"]:
+      raise errors.InputError(
+          f"{root_dir} holds a run over other graphs or devices; "
+          "resume it with the same ones or use a new root directory")
+    return
+  fileio.write_atomically(path, json.dumps(doc, indent=1))
+
+
+def best_path(root_dir: str, task) -> str:
+  """Where a task's best placement is kept."""
+  return os.path.join(root_dir, "best", outputs.safe_name(task.name) + ".json")
