@@ -15,10 +15,9 @@ import sys
 
 from absl import flags
 
-from tf_gdp import graph_specs
-from tf_gdp import placing
+import tf_gdp as gdp
+from tf_gdp import cli
 from tf_gdp.cost import presets
-from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import describe
 
 _NUM_LAYERS = flags.DEFINE_integer("num_layers", 2, "LSTM layers in encoder "
@@ -30,7 +29,7 @@ _KNOBS = flags.DEFINE_string("knobs", "", "Further GNMT knobs, e.g. "
                              "'hidden_size=512'.")
 _DEVICES = flags.DEFINE_string("devices", presets.DEFAULT, "Device preset "
                                f"({', '.join(presets.names())}) or file.")
-_METHOD = flags.DEFINE_string("method", placing.GDP, "gdp or a baseline.")
+_METHOD = flags.DEFINE_string("method", "gdp", "gdp or a baseline.")
 _BUDGET = flags.DEFINE_float("budget_seconds", 0.0, "GDP fine-tuning time "
                              "(0: zero-shot).", lower_bound=0.0)
 _POLICY = flags.DEFINE_string("policy", None, "GDP policy directory "
@@ -49,29 +48,27 @@ def main(argv):
   if _BATCH.value is not None:
     knobs.append(f"batch={_BATCH.value}")
   if _KNOBS.value:
-    knobs.append(_KNOBS.value)
+    knobs.append(_KNOBS.value.replace(",", ":"))
   print(f"building the GNMT training step ({', '.join(knobs)}) ...",
         flush=True)
-  loaded = graph_specs.load_model("gnmt", knobs=",".join(knobs),
-                                  devices=_DEVICES.value)
+  loaded = gdp.load_graph(":".join(["gnmt"] + knobs), devices=_DEVICES.value)
   graph = loaded.graph
   print(describe.format_summary(describe.summary(graph, top=5)))
-  topology = topology_lib.get(_DEVICES.value)
+  topology = gdp.get_topology(_DEVICES.value)
   print(f"placing with {_METHOD.value} on {topology.name} ...", flush=True)
-  result = placing.place(graph, topology, _METHOD.value,
-                         budget_seconds=_BUDGET.value, policy=_POLICY.value,
-                         compare=[c for c in _COMPARE.value if c],
-                         extracted=loaded.extracted,
-                         log=lambda line: print(line, flush=True))
+  result = gdp.place_graph(graph, topology, _METHOD.value,
+                           budget_seconds=_BUDGET.value, policy=_POLICY.value,
+                           compare=[c for c in _COMPARE.value if c],
+                           extracted=loaded.extracted,
+                           log=lambda line: print(line, flush=True))
   print(comparison_table(result))
-  from tf_gdp import place_batch  # pylint: disable=g-import-not-at-top
-  place_batch.write_outputs(_OUT.value, loaded, topology, result)
+  gdp.write_outputs(_OUT.value, loaded, topology, result)
   print(f"wrote {_OUT.value}/placement.json, report.json, gantt.png, "
         "devices.png")
   run_on_attached_gpus(loaded, topology, result)
 
 
-def comparison_table(result: placing.PlaceResult) -> str:
+def comparison_table(result: gdp.PlaceResult) -> str:
   """Method, predicted step time and ratios, fastest first."""
   rows = [(result.method, result.step_time_us, result.valid,
            result.search_seconds)]
@@ -114,5 +111,4 @@ def run_on_attached_gpus(loaded, topology, result) -> None:
 
 
 if __name__ == "__main__":
-  from tf_gdp.cli import runner  # pylint: disable=g-import-not-at-top
-  runner.run_command(main, sys.argv)
+  cli.run_command(main, sys.argv)

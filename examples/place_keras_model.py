@@ -89,5 +89,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tf_gdp.cli import runner  # pylint: disable=g-import-not-at-top
-  runner.run_command(main, sys.argv)
+  gdp.cli.run_command(main, sys.argv)

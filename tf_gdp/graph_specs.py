@@ -113,6 +113,21 @@ def parse(spec: str, *, allow_devices: bool = False,
   return specs
 
 
+def load_graph(spec: str, *, devices: str = presets.DEFAULT,
+               signature: Optional[str] = None) -> LoadedGraph:
+  """Loads the one graph `spec` names (a zoo model with knobs, a file, ...).
+
+  `gdp.load_graph("gnmt4:batch=64", devices="p100x4")`; a spec that names
+  several graphs (a glob, `zoo`, a comma) is an InputError: use `parse`.
+  """
+  specs = parse(spec, signature=signature)
+  if len(specs) != 1:
+    raise errors.InputError(
+        f"{spec!r} names {len(specs)} graphs ({', '.join(s.label for s in specs)})"
+        "; load_graph takes one")
+  return specs[0].load(devices)
+
+
 def _models_and_files(item: str, signature: Optional[str]) -> List[GraphSpec]:
   """`zoo`, a zoo name with knobs (`gnmt2:batch=8`), a file or a glob."""
   if item == ZOO:

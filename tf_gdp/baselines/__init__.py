@@ -12,6 +12,8 @@ allowed device kinds, colocation groups, pins and device memory (see
 `common` for the memory model).
 """
 
+from grappler_bridge import package_api as _package_api
+
 from tf_gdp.baselines.common import InternalError
 from tf_gdp.baselines.registry import METHODS
 from tf_gdp.baselines.registry import MethodResult
@@ -27,3 +29,8 @@ __all__ = [
     "method_names",
     "run",
 ]
+
+_package_api.install(
+    globals(),
+    modules=("hdp", "heft", "list_scheduler", "m_etf", "m_sct", "m_topo", "metis",
+             "random_placement", "round_robin", "single_device"))

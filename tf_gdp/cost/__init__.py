@@ -1,1 +1,10 @@
 """The TF-free cost model: topologies, the simulator, lower bound, feasibility."""
+
+from grappler_bridge import package_api as _package_api
+
+__all__ = []
+
+_package_api.install(
+    globals(),
+    modules=("device_names", "feasibility", "lower_bound", "presets", "simulator",
+             "simulator_reference", "topology"))

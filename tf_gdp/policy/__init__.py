@@ -10,8 +10,7 @@ without importing TensorFlow; the network names below are loaded on first
 use (PEP 562), which imports TensorFlow only then.
 """
 
-import importlib
-
+from grappler_bridge import package_api as _package_api
 from tf_gdp.policy.features import DEVICE_FEATURE_NAMES
 from tf_gdp.policy.features import EDGE_FEATURE_NAMES
 from tf_gdp.policy.features import F_DEVICE
@@ -41,18 +40,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-  if name in _LAZY:
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-  return sorted(set(globals()) | set(_LAZY))
-
-
 __all__ = [
     "DEVICE_FEATURE_NAMES",
     "DeviceEncoder",
@@ -78,3 +65,9 @@ __all__ = [
     "op_type_id",
     "policy_inputs",
 ]
+
+_package_api.install(
+    globals(),
+    modules=("devices", "encoder", "features", "network", "pipelines",
+             "placer", "scopes", "superposition"),
+    lazy=_LAZY)

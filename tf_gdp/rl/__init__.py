@@ -18,6 +18,8 @@ placement files and checkpoint records).
 Importing this package imports TensorFlow.
 """
 
+from grappler_bridge import package_api as _package_api
+
 from tf_gdp.rl.environment import BACKENDS
 from tf_gdp.rl.environment import PlacementEnv
 from tf_gdp.rl.environment import PlacementTask
@@ -59,3 +61,8 @@ __all__ = [
     "save_policy",
     "zeroshot",
 ]
+
+_package_api.install(
+    globals(),
+    modules=("environment", "exploration", "outputs", "policy_io", "ppo", "rewards",
+             "train_config", "trainer", "workflows"))

@@ -8,6 +8,8 @@ screen (Agg), and written atomically. Needs matplotlib (an install
 requirement of tf-gdp).
 """
 
+from grappler_bridge import package_api as _package_api
+
 try:
   import matplotlib  # pylint: disable=unused-import
 except ImportError as e:  # pragma: no cover - matplotlib is installed with us
@@ -33,3 +35,7 @@ __all__ = [
     "write_device_summary_png",
     "write_gantt_png",
 ]
+
+_package_api.install(
+    globals(),
+    modules=("gantt", "summary_chart", "tensorboard"))

@@ -7,6 +7,8 @@
 Importing this package does not import TensorFlow; building a model does.
 """
 
+from grappler_bridge import package_api as _package_api
+
 from tf_gdp.zoo.registry import MODELS
 from tf_gdp.zoo.registry import ModelSpec
 from tf_gdp.zoo.registry import benchmark_models
@@ -28,3 +30,8 @@ __all__ = [
     "list_models",
     "parse_knobs",
 ]
+
+_package_api.install(
+    globals(),
+    modules=("amoebanet", "expert", "gnmt", "inception_v3", "lstm", "rnnlm",
+             "transformer_xl", "wavenet"))
