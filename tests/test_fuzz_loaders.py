@@ -21,7 +21,8 @@ import pytest
 
 from tf_gdp import errors
 from tf_gdp import graph_specs
-from tf_gdp.bench import reliability_cases
+from tf_gdp.bench import reliability_case
+from tf_gdp.bench import reliability_input_cases
 from tf_gdp.graph import json_io
 
 _CALL_LIMIT_S = 30.0
@@ -60,7 +61,7 @@ def _assert_clean(outcome):
 
 def _rich_document() -> dict:
   """A valid document that uses every optional field."""
-  document = reliability_cases.tiny_document()
+  document = reliability_case.tiny_document()
   a, b, c = document["nodes"]
   a.update(colocation_group="g", temp_bytes=64,
            output_shapes=[[4, 4], None])
@@ -176,7 +177,7 @@ def test_mutated_json_files_load_or_raise_typed_errors(data):
     _assert_clean(_guarded(json_io.load_json, path))
 
 
-_BASE_GRAPH_DEF = reliability_cases.small_graph_def_bytes()
+_BASE_GRAPH_DEF = reliability_input_cases.small_graph_def_bytes()
 
 
 @st.composite

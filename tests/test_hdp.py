@@ -5,6 +5,7 @@ import pytest
 
 from tf_gdp import errors
 from tf_gdp.baselines import hdp
+from tf_gdp.baselines import hdp_problem
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
@@ -155,8 +156,8 @@ def test_training_scores_exactly_what_was_sampled():
                  kinds=[("CPU",)] + [None] * 7)
   topo = _topo(("GPU", "GPU", "CPU"))
   config = hdp.HdpConfig(num_groups=5, **_FAST)
-  # pylint: disable-next=protected-access
-  problem = hdp._Problem(graph, topo, config)
+  problem = hdp_problem.Problem(graph, topo, num_groups=config.num_groups,
+                                num_op_types=config.num_op_types)
   policy = hdp_model.HdpPolicy(
       num_unit_features=problem.num_unit_features,
       num_group_features=problem.num_group_features, num_groups=5,

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from grappler_bridge import extract
 from tf_gdp import errors
-from tf_gdp.bench import reliability_cases
+from tf_gdp.bench import reliability_run_cases
 from tf_gdp.cost import topology
 from tf_gdp.runtime import measure
 from tf_gdp.runtime import placed_session
@@ -168,7 +168,7 @@ def test_check_numerics_failure_is_an_invalid_measurement():
   assert result.reason == "kernel error: log of x : Tensor had NaN values"
 
 
-@pytest.mark.skipif(not reliability_cases.oom_test_is_safe(),
+@pytest.mark.skipif(not reliability_run_cases.oom_test_is_safe(),
                     reason="vm.overcommit_memory=1 might really allocate")
 def test_out_of_memory_is_an_invalid_measurement():
   @tf.function

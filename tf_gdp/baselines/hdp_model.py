@@ -1,9 +1,9 @@
 """The networks of the HDP-style baseline: a feed-forward grouper and a
 seq2seq placer with attention, trained jointly by REINFORCE.
 
-Kept apart from `hdp.py` (the search loop and the numpy side) so that
-importing the baseline does not import TensorFlow; `hdp.search` imports this
-module on first use.
+Kept apart from `hdp` (the search loop) and `hdp_problem` (the numpy side)
+so that importing the baseline does not import TensorFlow; `hdp.search`
+imports this module on first use.
 
 Everything is a plain `tf.Module` with `tf.Variable`s initialised from a
 stateless generator keyed by the search seed, sampling uses stateless

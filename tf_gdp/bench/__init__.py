@@ -1,1 +1,9 @@
-"""Benchmark scripts: each prints a table and writes JSON (see DESIGN.md s7)."""
+"""Benchmark scripts: each prints a table and writes JSON.
+
+Run one with `python -m tf_gdp.bench.<name>`: placement quality of the
+baselines and GDP, GDP on real step times, the simulator's speed and its
+agreement with Grappler and with measured step and transfer times, and the
+speed of training iterations and policy forward passes. Their results and the
+exact commands are in docs/BENCHMARKS.md; `reliability_check` runs the cases
+of docs/RELIABILITY.md instead.
+"""

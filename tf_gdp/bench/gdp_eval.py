@@ -1,4 +1,4 @@
-"""GDP on graphs it never saw, against every baseline (issue 5's numbers).
+"""GDP on graphs it never saw, against every baseline.
 
 For each graph: the classic baselines, the HDP-style baseline with an
 evaluation budget (its best-so-far curve kept), GDP zero-shot (one forward
@@ -14,7 +14,7 @@ against the evaluations HDP used to get there.
 Example (the held-out graphs of the shipped policy):
   python -m tf_gdp.bench.gdp_eval --graphs=gnmt8,transformer_xl4,wavenet4 \
       --devices=p100x4 --finetune_seconds=300 --hdp_budget=1000 \
-      --json_out=/tmp/gdp_eval.json
+      --json_out=gdp_eval.json
 """
 
 import math
@@ -167,7 +167,7 @@ def _search_cost(hdp_curve, gdp_curve, hdp_final: float) -> dict:
 
 
 def quality_summary(results) -> dict:
-  """Issue 5's quality numbers over the graphs of one run.
+  """The quality numbers over the graphs of one run.
 
   `gdp` is the policy's own placement (zero-shot or fine-tuned, never a
   baseline's). The mean improvement over the expert is the mean of
@@ -276,6 +276,6 @@ if __name__ == "__main__":
   _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
   _ABLATIONS = flags.DEFINE_list(
       "ablations", [], "name=policy_dir pairs evaluated zero-shot, e.g. "
-      "no_attention=/tmp/ff/policy,no_superposition=/tmp/nosp/policy.")
+      "no_attention=ff/policy,no_superposition=nosp/policy.")
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   app.run(main)

@@ -8,7 +8,7 @@ Two questions, answered in one run on the same graphs, topology and costs:
   step time and Grappler's estimate (Grappler ignores cross-device transfers
   in TF 2.21, so multi-device rows show its times only for reference).
 
-  python -m tf_gdp.bench.grappler_check --json_out=/tmp/grappler_check.json
+  python -m tf_gdp.bench.grappler_check --json_out=grappler_check.json
 """
 
 import json

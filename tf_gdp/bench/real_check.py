@@ -15,7 +15,7 @@ same protocol in the same minutes of a shared machine.
 
 Example:
   python -m tf_gdp.bench.real_check --graphs=matmul_chains,lstm \
-      --finetune_seconds=180 --json_out=/tmp/real_check.json
+      --finetune_seconds=180 --json_out=real_check.json
 """
 
 import os
@@ -30,8 +30,8 @@ import numpy as np
 
 from tf_gdp import graph_specs
 from tf_gdp import placing
-from tf_gdp.bench import agreement_check
 from tf_gdp.bench import harness
+from tf_gdp.bench import real_graphs
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 
@@ -63,7 +63,7 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
   if refloor_after is None:
     refloor_after = exploration.REFLOOR_AFTER
-  extracted = extract.from_function(agreement_check.BUILDERS[name]())
+  extracted = extract.from_function(real_graphs.BUILDERS[name]())
   graph = graph_specs.op_graph_from_extracted(extracted, name=name,
                                               devices=_DEVICES)
   candidates = {}
@@ -183,7 +183,7 @@ def main(argv):
 if __name__ == "__main__":
   from tf_gdp.rl import exploration  # pylint: disable=g-import-not-at-top
   _GRAPHS = flags.DEFINE_list("graphs", ["matmul_chains", "lstm"],
-                              f"Of {', '.join(agreement_check.BUILDERS)}.")
+                              f"Of {', '.join(real_graphs.BUILDERS)}.")
   _POLICY = flags.DEFINE_string("policy", None, "Pre-trained policy "
                                 "(default: the shipped one).")
   _FINETUNE = flags.DEFINE_float("finetune_seconds", 180.0,

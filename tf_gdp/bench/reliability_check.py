@@ -27,6 +27,7 @@ from absl import flags
 from grappler_bridge import errors as bridge_errors
 import tf_gdp
 from tf_gdp import errors
+from tf_gdp.bench import reliability_case
 from tf_gdp.bench import reliability_cases
 
 _CASES = flags.DEFINE_list("cases", [], "Case names to run (default: all).")
@@ -55,10 +56,10 @@ class Outcome:
   seconds: float
 
 
-def run_api(case: reliability_cases.Case, tmp: str) -> Outcome:
+def run_api(case: reliability_case.Case, tmp: str) -> Outcome:
   """Calls the case's API; checks the error type, one line and the text."""
   started = time.perf_counter()
-  with reliability_cases.environment(case.env):
+  with reliability_case.environment(case.env):
     try:
       result = case.api(tmp)
     except errors.InputError as e:
@@ -79,12 +80,12 @@ def run_api(case: reliability_cases.Case, tmp: str) -> Outcome:
                  time.perf_counter() - started)
 
 
-def run_cli(case: reliability_cases.Case, tmp: str) -> List[Outcome]:
+def run_cli(case: reliability_case.Case, tmp: str) -> List[Outcome]:
   """Runs each CLI invocation of the case as a subprocess."""
   outcomes = []
   for argv in case.cli(tmp):
     started = time.perf_counter()
-    out_dir = os.path.join(tmp, reliability_cases.OUT)
+    out_dir = os.path.join(tmp, reliability_case.OUT)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(case.env or {}))
     # The subprocess runs this very tf_gdp, not whatever is installed.
     env["PYTHONPATH"] = os.pathsep.join(
@@ -135,7 +136,7 @@ def leftovers(folder: str) -> List[str]:
   return sorted(found)
 
 
-def run_case(case: reliability_cases.Case, *, cli: bool = True
+def run_case(case: reliability_case.Case, *, cli: bool = True
              ) -> List[Outcome]:
   with tempfile.TemporaryDirectory(prefix="tf_gdp_reliability_") as tmp:
     outcomes = [run_api(case, tmp)]
@@ -156,7 +157,7 @@ def format_table(outcomes: List[Outcome]) -> str:
   return "\n".join(lines)
 
 
-def markdown_table(cases: List[reliability_cases.Case],
+def markdown_table(cases: List[reliability_case.Case],
                    outcomes: List[Outcome]) -> str:
   """The docs table: input, the line the user sees, the proving test."""
   seen = {o.case: o for o in outcomes if o.side == "api"}

@@ -1,13 +1,13 @@
 """How long one simulator evaluation takes on a large synthetic graph.
 
 The simulator is the reward of placement training, so its per-placement time
-bounds how fast training can go (issue 3 asks for <= 50 ms median on a
+bounds how fast training can go (the target is <= 50 ms median on a
 50k-node graph). This times `simulate` (one placement per call, as the
 environment uses it) and `simulate_batch` on a layered DAG, for random and
 round-robin placements, on each topology named.
 
 Example:
-  python -m tf_gdp.bench.simulator_speed --json_out=/tmp/sim_speed.json
+  python -m tf_gdp.bench.simulator_speed --json_out=sim_speed.json
 """
 
 import json

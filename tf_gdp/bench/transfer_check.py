@@ -3,13 +3,14 @@
 The simulator prices a cross-device tensor with the link model
 `python -m tf_gdp.runtime.calibrate` saved for `cpu-workers:2`: the measured
 link table (piecewise linear in bytes) when there is one, else
-`latency + bytes / bandwidth`; the straight-line fit is shown beside it. This measures transfer times again (the calibration's
-mid-step ping-pong method, `--rounds` rounds each in a fresh cluster, median
-per size) for 1 KB .. 64 MB in both directions and prints them next to the
-model's prediction. Issue 3 wants them within 25% from 1 MB up.
+`latency + bytes / bandwidth`; the straight-line fit is shown beside it.
+This measures transfer times again (the calibration's mid-step ping-pong
+method, `--rounds` rounds each in a fresh cluster, median per size) for
+1 KB .. 64 MB in both directions and prints them next to the model's
+prediction. The target is within 25% from 1 MB up.
 
 Example:
-  python -m tf_gdp.bench.transfer_check --json_out=/tmp/transfer_check.json
+  python -m tf_gdp.bench.transfer_check --json_out=transfer_check.json
 """
 
 import json
