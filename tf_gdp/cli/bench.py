@@ -1,7 +1,7 @@
 """`tf-gdp bench`: every placement method on every graph, one table per topology.
 
 Examples:
-  tf-gdp bench --graphs=zoo --devices=p100x4 --json_out=/tmp/bench.json
+  tf-gdp bench --graphs=zoo --devices=p100x4 --json_out=bench.json
   tf-gdp bench --graphs=gnmt2,inception_v3 --devices=p100x4,v100x8 --methods=all,hdp
   tf-gdp bench --graphs=gnmt2:batch=4:hidden_size=64 --devices=cpu-workers:2 \
       --measure=cpu-workers:2

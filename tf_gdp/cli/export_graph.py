@@ -1,9 +1,9 @@
 """`tf-gdp export-graph`: a zoo model or user graph as MetaGraphDef or op-graph JSON.
 
 Examples:
-  tf-gdp export-graph --model=inception_v3 --out=/tmp/i.json
-  tf-gdp export-graph --model=gnmt --knobs=num_layers=4 --out=/tmp/g.pb
-  tf-gdp export-graph --graph=my_model/ --devices=v100x8 --out=/tmp/m.json
+  tf-gdp export-graph --model=inception_v3 --out=i.json
+  tf-gdp export-graph --model=gnmt --knobs=num_layers=4 --out=g.pb
+  tf-gdp export-graph --graph=my_model/ --devices=v100x8 --out=m.json
 """
 
 from absl import flags

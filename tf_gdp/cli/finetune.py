@@ -1,13 +1,13 @@
 """`tf-gdp finetune`: adapt a pre-trained GDP policy to one graph (or zero-shot).
 
 Examples:
-  tf-gdp finetune --policy=/tmp/gdp/policy --graph=gnmt8 --devices=p100x4 \
-      --budget_seconds=600 --root_dir=/tmp/gdp_gnmt8 --out=/tmp/gnmt8.json
-  tf-gdp finetune --policy=/tmp/gdp/policy --graph=my_model.json --zeroshot \
-      --out=/tmp/placement.json
-  tf-gdp finetune --policy=/tmp/gdp/policy --graph=gnmt2:batch=4:hidden_size=64 \
+  tf-gdp finetune --policy=runs/pre/policy --graph=gnmt8 --devices=p100x4 \
+      --budget_seconds=600 --root_dir=runs/gnmt8 --out=gnmt8.json
+  tf-gdp finetune --policy=runs/pre/policy --graph=my_model.json --zeroshot \
+      --out=placement.json
+  tf-gdp finetune --policy=runs/pre/policy --graph=gnmt2:batch=4:hidden_size=64 \
       --devices=cpu-workers:2 --backend=measure --measure=cpu-workers:2 \
-      --budget_evaluations=200 --out=/tmp/measured.json
+      --budget_evaluations=200 --out=measured.json
 
 `--zeroshot` places the graph with one forward pass (greedy and
 `--zeroshot_samples` samples, best by the simulator) and does not train.

@@ -1,7 +1,7 @@
 """`tf-gdp inspect`: counts, total compute, memory and constraints of a graph.
 
 Example:
-  tf-gdp inspect --graph=/tmp/i.json --top=10
+  tf-gdp inspect --graph=i.json --top=10
 """
 
 import json

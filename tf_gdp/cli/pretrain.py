@@ -2,9 +2,9 @@
 
 Examples:
   tf-gdp pretrain --graphs=gnmt2,rnnlm2,inception_v3,layered:3000,cells:2000 \
-      --devices=p100x4 --root_dir=/tmp/gdp --budget_seconds=3600
+      --devices=p100x4 --root_dir=runs/pre --budget_seconds=3600
   tf-gdp pretrain --graphs=layered:500:seed=1,cells:400 --devices=p100x2,p100x4 \
-      --root_dir=/tmp/gdp_small --budget_evaluations=20000 --placer=feedforward
+      --root_dir=runs/small --budget_evaluations=20000 --placer=feedforward
 
 Every graph is placed on every `--devices` topology, except items written
 `GRAPH@DEVICES` (`branches:80@cpu-workers:2`), which train on that topology

@@ -27,9 +27,6 @@ from tf_gdp.graph import identity
 from tf_gdp.rl import environment
 from tf_gdp.rl import rewards
 
-graph_fingerprint = identity.graph_fingerprint
-safe_name = identity.safe_name
-
 
 def placement_document(task: environment.PlacementTask,
                        best: rewards.Best,
@@ -78,7 +75,7 @@ def read_best(path: str, task: environment.PlacementTask,
     loaded = placement_file.read(path)
   except errors.InputError:
     return None
-  if (loaded.graph_fingerprint != graph_fingerprint(task.graph) or
+  if (loaded.graph_fingerprint != identity.graph_fingerprint(task.graph) or
       loaded.topology_name != task.topology.name):
     return None
   return best_from_record(loaded.document, inputs)

@@ -18,7 +18,7 @@ import os
 
 from tf_gdp import errors
 from tf_gdp import fileio
-from tf_gdp.rl import outputs
+from tf_gdp.graph import identity
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -59,7 +59,7 @@ def check_run_file(root_dir: str, tasks) -> None:
   """Writes `run.json` for a new run; refuses a root holding other tasks."""
   path = os.path.join(root_dir, RUN_FILE)
   doc = {"tasks": [{"name": t.name,
-                    "fingerprint": outputs.graph_fingerprint(t.graph),
+                    "fingerprint": identity.graph_fingerprint(t.graph),
                     "topology": t.topology.name}
                    for t in tasks]}
   if os.path.isfile(path):
@@ -75,4 +75,4 @@ def check_run_file(root_dir: str, tasks) -> None:
 
 def best_path(root_dir: str, task) -> str:
   """Where a task's best placement is kept."""
-  return os.path.join(root_dir, "best", outputs.safe_name(task.name) + ".json")
+  return os.path.join(root_dir, "best", identity.safe_name(task.name) + ".json")

@@ -50,6 +50,7 @@ import tensorflow as tf
 from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
+from tf_gdp.graph import identity
 from tf_gdp.rl import actor_network
 from tf_gdp.rl import environment
 from tf_gdp.rl import experience as experience_lib
@@ -235,7 +236,7 @@ class Trainer:
       with self.writer.as_default():
         tensorboard.log_placement_images(
             step, task.graph, task.topology, best.placement,
-            name=f"best/{outputs.safe_name(task.name)}")
+            name=f"best/{identity.safe_name(task.name)}")
       self._pictured[i] = best
       drawn += 1
 
@@ -480,7 +481,7 @@ class Trainer:
       for i, task in enumerate(self.env.tasks):
         best = self.env.best(i)
         if best is not None:
-          tf.summary.scalar(f"best_step_time_ms/{outputs.safe_name(task.name)}",
+          tf.summary.scalar(f"best_step_time_ms/{identity.safe_name(task.name)}",
                             best.step_time_us / 1e3, step=step)
 
 
