@@ -123,6 +123,7 @@ def test_export_metagraph_pb_and_inspect_it(tmp_path):
 
 
 @pytest.mark.parametrize("command,flag", [("place", "--graphs"),
+                                          ("calibrate", "--workers"),
                                           ("measure", "--placement"),
                                           ("pretrain", "--budget_iterations")])
 def test_command_help_lists_the_command_flags(command, flag):

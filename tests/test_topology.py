@@ -104,3 +104,15 @@ def test_link_table_round_trips_and_bad_tables_are_refused(tmp_path):
 def test_unknown_preset():
   with pytest.raises(errors.InputError, match="unknown devices 'tpu9000'"):
     topology.get("tpu9000")
+
+
+def test_reports_say_where_link_figures_come_from():
+  assert topology.link_source(topology.get("p100x4")) == "datasheet"
+  assert topology.link_source(topology.get("local-cpus:2")) == "estimated"
+  guessed = topology.get("cpu-workers:5")  # no calibrated file for 5
+  assert topology.link_source(guessed) == "guessed"
+  measured = topology.custom(
+      guessed.name, guessed.devices, guessed.bandwidth_gbps,
+      guessed.latency_us, guessed.hardware, table_bytes=[1024],
+      table_us=np.full((5, 5, 1), 400.0))
+  assert topology.link_source(measured) == "measured"

@@ -191,7 +191,9 @@ def load_model(model: str, *, knobs: str = "", devices: str = presets.DEFAULT,
 def op_graph_from_extracted(extracted, *, name: str, devices,
                             cross_check: bool = False,
                             metadata: Optional[dict] = None,
-                            pinned: Optional[Mapping[str, str]] = None
+                            pinned: Optional[Mapping[str, str]] = None,
+                            profile: Optional[Mapping[str, float]] = None,
+                            profile_kind: str = "CPU"
                             ) -> op_graph.OpGraph:
   """Costs an extracted TF graph for the devices and builds the OpGraph.
 
@@ -203,6 +205,9 @@ def op_graph_from_extracted(extracted, *, name: str, devices,
     cross_check: also run Grappler's analytical model (see `costs`).
     metadata: more metadata for the graph.
     pinned: node name -> TF device string the placer must keep.
+    profile: node name -> microseconds measured on a `profile_kind` device;
+      they replace that kind's roofline costs (`runtime.profiled_costs`).
+    profile_kind: the device kind `profile` prices.
   """
   from grappler_bridge import costs  # pylint: disable=g-import-not-at-top
   if isinstance(devices, str):
@@ -210,7 +215,8 @@ def op_graph_from_extracted(extracted, *, name: str, devices,
   else:
     hardware, label = presets.topology_hardware(devices), devices.name
   document = costs.op_graph_document(
-      extracted, hardware, name=name, pinned=pinned, cross_check=cross_check)
+      extracted, hardware, name=name, pinned=pinned, cross_check=cross_check,
+      profile=profile, profile_kind=profile_kind)
   document.setdefault("metadata", {}).update(
       {"devices": label, **(metadata or {})})
   return json_io.from_document(document)

@@ -50,12 +50,17 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                policy: Optional[str] = None, samples: int = 16,
                seed: int = 0, compare=placing.DEFAULT_COMPARE,
                pictures: bool = True, write_graph: bool = False,
-               signature: Optional[str] = None,
+               signature: Optional[str] = None, profile: bool = True,
+               calibrate: bool = True,
                log: Callable[[str], None] = lambda line: None
                ) -> List[Outcome]:
   """Places every graph of `spec` on `devices`; writes under `out_dir`.
 
-  `signature` names the signature of the SavedModels in `spec`.
+  `signature` names the signature of the SavedModels in `spec`. With
+  `profile`, a TensorFlow graph whose devices are here (`local-cpus:K`,
+  `cpu-workers:K`) is priced by a profile on them (`runtime.profiled_costs`);
+  with `calibrate`, a cpu-workers:K topology whose links were never measured
+  is calibrated first (`tf-gdp calibrate`, saved for the next run).
   """
   if method not in placing.method_names():  # fail before loading any graph
     raise errors.InputError(f"unknown method {method!r}; choose from "
@@ -65,6 +70,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
     placing.check_policy(policy)
   topology = topology_lib.get(devices)
   items = graph_specs.parse(spec, signature=signature)
+  if calibrate and topology_lib.link_source(topology) == "guessed":
+    topology = _calibrated(devices, log)
   os.makedirs(out_dir, exist_ok=True)
   outcomes = []
   started = time.perf_counter()
@@ -78,6 +85,12 @@ def place_many(spec: str, devices: str, out_dir: str, *,
     clock = time.perf_counter()
     try:
       loaded = item.load(devices)
+      costs = {"source": "as loaded"}
+      if profile:
+        from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
+        graph, costs = profiled_costs.profiled_graph(loaded, devices,
+                                                     topology, log=log)
+        loaded = dataclasses.replace(loaded, graph=graph)
       outcome.nodes = loaded.graph.num_nodes
       result = placing.place(
           loaded.graph, topology, method, budget_seconds=budget_seconds,
@@ -86,7 +99,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
       outcome.result = result
       outcome.folder = os.path.join(out_dir, identity.safe_name(item.label))
       write_outputs(outcome.folder, loaded, topology, result,
-                     pictures=pictures, write_graph=write_graph)
+                    pictures=pictures, write_graph=write_graph,
+                    extra_report={"costs": costs})
     except errors.InputError as e:
       outcome.error = grappler_errors.first_line(e)
       log(f"  skipped {item.label}: {outcome.error}")
@@ -96,13 +110,20 @@ def place_many(spec: str, devices: str, out_dir: str, *,
 
 
 def write_outputs(folder, loaded, topology, result, *, pictures=True,
-                  write_graph=False) -> None:
-  """One graph's folder: placement, report, pictures, placed graph."""
+                  write_graph=False, extra_report: Optional[dict] = None
+                  ) -> None:
+  """One graph's folder: placement, report, pictures, placed graph.
+
+  The report also says where the link figures came from (`links`) and,
+  from `extra_report`, what priced the ops.
+  """
   os.makedirs(folder, exist_ok=True)
   graph = loaded.graph
   placing.save(result, graph, os.path.join(folder, "placement.json"))
+  report = {**result.report(), "links": topology_lib.link_source(topology),
+            **(extra_report or {})}
   fileio.write_atomically(os.path.join(folder, "report.json"),
-                          json.dumps(result.report(), indent=1))
+                          json.dumps(report, indent=1))
   if pictures:
     from tf_gdp.viz import gantt  # pylint: disable=g-import-not-at-top
     from tf_gdp.viz import summary_chart  # pylint: disable=g-import-not-at-top
@@ -123,6 +144,16 @@ def write_outputs(folder, loaded, topology, result, *, pictures=True,
       write_placed_saved_model(loaded.extracted, result.device_map(graph),
                                os.path.join(folder, "placed_saved_model"),
                                loaded.saved_model_signature)
+
+
+def _calibrated(devices: str, log) -> topology_lib.Topology:
+  """cpu-workers:K with measured links: calibrates once, then reads the file."""
+  from tf_gdp.runtime import calibrate  # pylint: disable=g-import-not-at-top
+  count = int(devices.partition(":")[2])
+  log(f"{devices}: links never measured here; calibrating (once, saved to "
+      f"{topology_lib.calibrated_path(count)}; `tf-gdp calibrate` redoes it)")
+  calibrate.calibrate(count, log=lambda line: log(f"  {line}"))
+  return topology_lib.get(devices)
 
 
 def write_placed_meta_graph(extracted, device_map: dict, path: str) -> None:

@@ -180,7 +180,7 @@ def run(graph_names, *, repeats: int, warmup: int, rounds: int,
   calibrated = os.path.isfile(topology_lib.calibrated_path(2))
   if not calibrated:
     print("warning: no calibrated cpu-workers:2 topology; run "
-          "python -m tf_gdp.runtime.calibrate --workers=2 first",
+          "tf-gdp calibrate --workers=2 first",
           file=sys.stderr)
   start = time.time()
   load_before = os.getloadavg()

@@ -1,7 +1,7 @@
 """Measured transfer times between two cpu-workers vs the calibrated link model.
 
 The simulator prices a cross-device tensor with the link model
-`python -m tf_gdp.runtime.calibrate` saved for `cpu-workers:2`: the measured
+`tf-gdp calibrate` saved for `cpu-workers:2`: the measured
 link table (piecewise linear in bytes) when there is one, else
 `latency + bytes / bandwidth`; the straight-line fit is shown beside it.
 This measures transfer times again (the calibration's mid-step ping-pong

@@ -27,6 +27,9 @@ COMMANDS = {
                  "train a GDP policy with PPO on a set of graphs (checkpoints, TensorBoard)"),
     "finetune": ("tf_gdp.cli.finetune",
                  "fine-tune a pre-trained GDP policy on one graph, or place it zero-shot"),
+    "calibrate": ("tf_gdp.cli.calibrate",
+                  "measure this machine's cpu-workers:K links (and speed) for "
+                  "the simulator"),
     "inspect": ("tf_gdp.cli.inspect_graph",
                 "print node/edge counts, costs, memory and constraints of a graph"),
 }

@@ -48,6 +48,7 @@ def main(argv):
   del argv
   cli_lib.quiet_tensorflow_logs()
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   items = graph_specs.parse(_GRAPH.value, signature=_SIGNATURE.value)
   if len(items) != 1:
@@ -57,7 +58,10 @@ def main(argv):
   if loaded.extracted is None:
     raise errors.InputError(
         f"{_GRAPH.value}: an op-graph JSON file has no TensorFlow graph to run")
-  graph = loaded.graph
+  # The prediction prices ops as `place` did: profiled when the devices are
+  # here (the same cached profile), else the roofline.
+  graph, costs = profiled_costs.profiled_graph(loaded, _DEVICES.value,
+                                               topology, log=cli_lib.progress)
   if _PLACEMENT.value:
     placement = placement_file.load(graph, topology, _PLACEMENT.value)
   else:
@@ -70,10 +74,18 @@ def main(argv):
                            topology=topology, warmup=_WARMUP.value,
                            repeats=_REPEATS.value, timeout_s=_TIMEOUT.value)
   print(f"predicted {predicted.step_time_us / 1e3:,.2f} ms (simulated on "
-        f"{topology.name})")
+        f"{topology.name}; ops priced: {_priced(costs)}; links "
+        f"{topology_lib.link_source(topology)})")
   if not result.valid:
     raise errors.PlacementError(f"the placed step failed on {target}: "
                                 f"{result.reason}")
   times = ", ".join(f"{t / 1e3:.2f}" for t in result.times_us)
   print(f"measured  {result.step_time_us / 1e3:,.2f} ms (median of "
         f"{len(result.times_us)} steps: {times})")
+
+
+def _priced(costs: dict) -> str:
+  if costs["source"] == "profiled":
+    return (f"{costs['profiled_ops']} profiled on {costs['target']}, "
+            f"{costs['roofline_ops']} roofline")
+  return f"{costs['source']} ({costs.get('why', '')})"

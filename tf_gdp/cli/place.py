@@ -54,6 +54,13 @@ _PICTURES = flags.DEFINE_bool("pictures", True, "Write gantt.png and "
 _WRITE_GRAPH = flags.DEFINE_bool(
     "write_graph", False, "Also write placed_graph.pb (TensorFlow graphs only).")
 _SIGNATURE = graph_flags.define_signature(__name__)
+_PROFILE = flags.DEFINE_bool(
+    "profile", True, "When the devices are here (local-cpus:K, cpu-workers:K),"
+    " price a TensorFlow graph's ops by a profile on them (a few steps, "
+    "cached); --noprofile keeps the roofline costs.")
+_CALIBRATE = flags.DEFINE_bool(
+    "calibrate", True, "cpu-workers:K: measure the links first if they never "
+    "were on this machine (`tf-gdp calibrate`, saved for later runs).")
 
 
 def main(argv):
@@ -65,6 +72,7 @@ def main(argv):
       samples=_SAMPLES.value, seed=_SEED.value,
       compare=[c for c in _COMPARE.value if c], pictures=_PICTURES.value,
       write_graph=_WRITE_GRAPH.value, signature=_SIGNATURE.value,
+      profile=_PROFILE.value, calibrate=_CALIBRATE.value,
       log=cli_lib.progress)
   print(place_batch.format_summary(outcomes, _DEVICES.value, _METHOD.value))
   failed = [o for o in outcomes if o.result is None]

@@ -221,7 +221,7 @@ def _nvswitch(_i, _j):
 def _local_cpu_workers(count: int) -> Topology:
   """K single-core TF worker processes on this machine, linked over loopback.
 
-  Uses the calibrated file from `python -m tf_gdp.runtime.calibrate` when
+  Uses the calibrated file from `tf-gdp calibrate` when
   one exists (see `calibrated_path`); these defaults are what loopback gRPC
   between two workers gives on a typical machine and are only a starting
   point.
@@ -397,3 +397,20 @@ def _positive_int(value) -> int:
 
 def _reject_constant(name: str):
   raise ValueError(f"{name} is not allowed")
+
+
+def link_source(topo: Topology) -> str:
+  """Where the link figures of `topo` come from, for reports.
+
+  "measured" (a calibrated link table), "guessed" (cpu-workers:K before
+  `tf-gdp calibrate` ran), "estimated" (local-cpus:K: a memcpy estimate) or
+  "datasheet" (the GPU presets' cited figures; also files without a table).
+  """
+  if topo.table_bytes is not None:
+    return "measured"
+  name = topo.name.partition(":")[0]
+  if name == CPU_WORKERS:
+    return "guessed"
+  if name == LOCAL_CPUS:
+    return "estimated"
+  return "datasheet"

@@ -6,4 +6,4 @@ __all__ = []
 
 _package_api.install(
     globals(),
-    modules=("calibrate", "measure", "workers"))
+    modules=("calibrate", "measure", "profiled_costs", "workers"))

@@ -20,26 +20,20 @@ saves a topology file (`topology.calibrated_path(K)`), which
   mean of roofline / (measured - trivial step time) becomes every device's
   `speed`.
 
-Example:
-  python -m tf_gdp.runtime.calibrate --workers=2 --compute --json_out=calibration.json
+Run it as `tf-gdp calibrate --workers=2 [--compute]`.
 """
 
 import dataclasses
-import json
 import math
 import os
 import statistics
-import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
-from absl import app
-from absl import flags
 import numpy as np
 from scipy import optimize
 
 from tf_gdp import errors
-from tf_gdp import fileio
 from tf_gdp.cost import topology as topology_lib
 
 # Transfer sizes: 1 KB .. 64 MB, x4 apart.
@@ -469,30 +463,3 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
   report["topology_path"] = out_path
   log(f"saved {out_path}")
   return report
-
-
-def main(argv) -> None:
-  del argv
-  try:
-    report = calibrate(_WORKERS.value, rounds=_ROUNDS.value,
-                       compute=_COMPUTE.value, out_path=_OUT.value)
-  except errors.InputError as e:
-    sys.exit(f"error: {e}")
-  if _JSON_OUT.value:
-    fileio.write_atomically(_JSON_OUT.value, json.dumps(report, indent=1))
-
-
-if __name__ == "__main__":
-  # Flags live here, not at module level, so that benchmarks importing this
-  # module may define flags of the same names.
-  _WORKERS = flags.DEFINE_integer("workers", 2, "Worker processes (K).",
-                                  lower_bound=2)
-  _ROUNDS = flags.DEFINE_integer("rounds", 3, "Transfer measurement rounds "
-                                 "(median per size).", lower_bound=1)
-  _COMPUTE = flags.DEFINE_boolean("compute", False,
-                                  "Also calibrate the device speed factor.")
-  _OUT = flags.DEFINE_string("out", None, "Topology file to write (default: "
-                             "topology.calibrated_path(K)).")
-  _JSON_OUT = flags.DEFINE_string("json_out", None,
-                                  "Where to write the calibration report.")
-  app.run(main)
