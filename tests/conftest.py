@@ -1,4 +1,4 @@
-"""Test setup: quiet TensorFlow, Keras 2, and two logical CPU devices.
+"""Test setup: quiet TensorFlow, Keras 2, two logical CPU devices, own home.
 
 Two logical CPU devices let tests place ops on more than one device on a
 machine without GPUs; they must be configured before TF initializes its
@@ -6,8 +6,11 @@ devices, hence here, before any test module runs.
 """
 
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Calibrations and profiles go to a scratch home, not the user's cache.
+os.environ.setdefault("TF_GDP_HOME", tempfile.mkdtemp(prefix="tf_gdp_home_"))
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 import pytest  # pylint: disable=g-import-not-at-top

@@ -71,6 +71,13 @@ def placed():
   return step, model, twin, x, y
 
 
+def test_ops_are_priced_by_a_profile_on_the_local_devices(placed):
+  report = placed[0].report()
+  assert report["costs"]["source"] == "profiled"
+  assert report["costs"]["target"] == "local"
+  assert report["links"] == "estimated"
+
+
 def test_placement_spreads_over_both_devices(placed):
   step = placed[0]
   assert isinstance(step, gdp.PlacedFunction)

@@ -19,15 +19,17 @@ def _own_home(tmp_path, monkeypatch):
 
 
 def test_targets_are_the_devices_that_are_here():
-  assert profiled_costs.target_for("local-cpus:2") == "local"
-  assert profiled_costs.target_for("cpu-workers:3") == "cpu-workers:3"
-  assert profiled_costs.target_for("p100x4") is None
+  target = lambda name: profiled_costs.target_for(topology_lib.get(name))
+  assert target("local-cpus:2") == "local"
+  assert target("cpu-workers:3") == "cpu-workers:3"
+  assert target("p100x4") is None
 
 
 def test_a_tensorflow_graph_is_priced_by_its_profile(train_step_saved_model):
   loaded = graph_specs.load(train_step_saved_model, devices="local-cpus:2")
   topology = topology_lib.get("local-cpus:2")
-  graph, info = profiled_costs.profiled_graph(loaded, "local-cpus:2", topology)
+  graph, info = profiled_costs.profiled_graph(loaded.graph, loaded.extracted,
+                                              topology)
   assert info["source"] == "profiled" and info["target"] == "local"
   assert not info["cached"]
   assert info["profiled_ops"] > 0
@@ -35,7 +37,8 @@ def test_a_tensorflow_graph_is_priced_by_its_profile(train_step_saved_model):
   assert graph.metadata["cost_source"]["CPU"] == "profiled:CPU"
   assert graph.node_names == loaded.graph.node_names
   assert not np.array_equal(graph.costs["CPU"], loaded.graph.costs["CPU"])
-  again, info = profiled_costs.profiled_graph(loaded, "local-cpus:2", topology)
+  again, info = profiled_costs.profiled_graph(loaded.graph, loaded.extracted,
+                                              topology)
   assert info["cached"]
   np.testing.assert_array_equal(again.costs["CPU"], graph.costs["CPU"])
 
@@ -47,13 +50,14 @@ def test_a_profile_is_stored_times_the_device_speed(train_step_saved_model,
   names = list(loaded.graph.node_names)
   monkeypatch.setattr(
       "tf_gdp.runtime.measure.profile_op_times",
-      lambda extracted, target, repeats: {names[0]: 10.0, names[1]: 4.0})
+      lambda extracted, target, repeats, device: {names[0]: 10.0,
+                                                  names[1]: 4.0})
   fast = topology_lib.custom(
       base.name, [topology_lib.Device(d.name, d.kind, d.memory_bytes, 2.5)
                   for d in base.devices],
       base.bandwidth_gbps, base.latency_us, base.hardware)
-  graph, info = profiled_costs.profiled_graph(loaded, "local-cpus:2", fast,
-                                              use_cache=False)
+  graph, info = profiled_costs.profiled_graph(
+      loaded.graph, loaded.extracted, fast, use_cache=False)
   assert info["profiled_ops"] == 2
   assert graph.costs["CPU"][0] == pytest.approx(25.0)
   assert graph.costs["CPU"][1] == pytest.approx(10.0)
@@ -62,11 +66,11 @@ def test_a_profile_is_stored_times_the_device_speed(train_step_saved_model,
 def test_graphs_that_cannot_be_profiled_keep_their_costs(tmp_path):
   generated = graph_specs.LoadedGraph(generators.random_layered_graph(40, width=4))
   topology = topology_lib.get("local-cpus:2")
-  graph, info = profiled_costs.profiled_graph(generated, "local-cpus:2",
+  graph, info = profiled_costs.profiled_graph(generated.graph, None,
                                               topology)
   assert graph is generated.graph and info["source"] == "as given"
   graph, info = profiled_costs.profiled_graph(
-      generated, "p100x4", topology_lib.get("p100x4"))
+      generated.graph, None, topology_lib.get("p100x4"))
   assert graph is generated.graph and info["source"] == "roofline"
   assert "not attached" in info["why"]
 

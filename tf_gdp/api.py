@@ -65,6 +65,7 @@ class _Options:
   seed: int
   placement: Optional[placement_file.PlacementFile]
   policy: Optional[str]
+  profile: bool = True
 
   def __post_init__(self):
     methods = placing.method_names()
@@ -99,7 +100,8 @@ def place(fn: Optional[Callable] = None, *example_args,
           placement: Union[None, placement_file.PlacementFile, str,
                            os.PathLike] = None,
           policy: Optional[str] = None,
-          example_kwargs: Optional[Mapping[str, Any]] = None):
+          example_kwargs: Optional[Mapping[str, Any]] = None,
+          profile: bool = True):
   """Places `fn` on `devices`; returns a `PlacedFunction` (or a decorator).
 
   Args:
@@ -123,6 +125,9 @@ def place(fn: Optional[Callable] = None, *example_args,
       instead of searching; `method`, `budget` and `policy` are then unused.
     policy: gdp: a saved policy directory instead of the shipped one.
     example_kwargs: keyword arguments to trace `fn` with.
+    profile: when the devices are this process's own, price the ops by a
+      profile of the traced graph on them (a few steps, cached;
+      `tf_gdp.runtime.profiled_costs`) instead of the roofline.
 
   Raises:
     InputError: bad options; PlacementError: a placement that does not fit
@@ -134,7 +139,7 @@ def place(fn: Optional[Callable] = None, *example_args,
     placement = load_placement(placement)
   options = _Options(devices=devices, method=method, budget=budget,
                      backend=backend, compare=tuple(compare), seed=seed,
-                     placement=placement, policy=policy)
+                     placement=placement, policy=policy, profile=profile)
   if fn is None:
     if example_args or example_kwargs:
       raise errors.InputError("example arguments given without a function")
@@ -154,6 +159,7 @@ class _Placed:
   topology: topology_lib.Topology
   result: placing.PlaceResult
   device_map: Dict[str, str]
+  costs: Optional[dict] = None  # what priced the ops (profiled_costs info)
   measured: Optional[dict] = None
   runner: Optional[Callable] = None
 
@@ -197,8 +203,13 @@ class PlacedFunction:
     concrete = self._fn.get_concrete_function(*args, **kwargs)
     extracted = extract.from_concrete_function(concrete)
     runs_here = target_devices.runs_here(topo)
-    graph = _op_graph(extracted, topo, name=self.__name__,
-                      pin_captures=runs_here)
+    graph, pins = _op_graph(extracted, topo, name=self.__name__,
+                            pin_captures=runs_here)
+    costs = {"source": "roofline"}
+    if options.profile and runs_here:
+      from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
+      graph, costs = profiled_costs.profiled_graph(graph, extracted, topo,
+                                                   pinned=pins)
     if options.placement is not None:
       result = _reapply(graph, topo, options.placement, options.compare,
                         options.seed)
@@ -212,7 +223,8 @@ class PlacedFunction:
                       self.__name__, topo.name, result.reason)
     device_map = result.device_map(graph)
     _check_constraints(extracted, device_map, runs_here)
-    state = _Placed(concrete, extracted, graph, topo, result, device_map)
+    state = _Placed(concrete, extracted, graph, topo, result, device_map,
+                    costs=costs)
     if options.backend == MEASURE:
       state.measured = _measure(state, self._flat_args(state, args, kwargs),
                                 runs_here)
@@ -280,7 +292,8 @@ class PlacedFunction:
         memory_per_device=dict(zip(names, report["peak_memory_bytes"])),
         memory_capacity_bytes=dict(
             zip(names, (int(b) for b in state.topology.memory_bytes))),
-        ops_per_device=counts)
+        ops_per_device=counts, costs=state.costs,
+        links=topology_lib.link_source(state.topology))
     if state.measured is not None:
       report["measured"] = dict(state.measured)
     return report
@@ -319,7 +332,7 @@ def _as_tf_function(fn: Callable):
 
 def _op_graph(extracted, topo: topology_lib.Topology, *, name: str,
               pin_captures: bool):
-  """Costs the flat graph for the topology's hardware.
+  """Costs the flat graph for the topology's hardware; returns it and its pins.
 
   When the placed step runs here it runs on the caller's variables, which
   stay on the device they live on: with `pin_captures` their ops are pinned
@@ -329,8 +342,8 @@ def _op_graph(extracted, topo: topology_lib.Topology, *, name: str,
   if pin_captures:
     pins = {capture: device for capture, device in
             zip(extracted.capture_names, extracted.capture_devices) if device}
-  return graph_specs.op_graph_from_extracted(extracted, name=name, devices=topo,
-                                             pinned=pins)
+  return graph_specs.op_graph_from_extracted(
+      extracted, name=name, devices=topo, pinned=pins), pins
 
 
 def _reapply(graph, topo: topology_lib.Topology,

@@ -88,8 +88,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
       costs = {"source": "as loaded"}
       if profile:
         from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
-        graph, costs = profiled_costs.profiled_graph(loaded, devices,
-                                                     topology, log=log)
+        graph, costs = profiled_costs.profiled_graph(
+            loaded.graph, loaded.extracted, topology, log=log)
         loaded = dataclasses.replace(loaded, graph=graph)
       outcome.nodes = loaded.graph.num_nodes
       result = placing.place(

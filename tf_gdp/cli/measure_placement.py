@@ -60,8 +60,8 @@ def main(argv):
         f"{_GRAPH.value}: an op-graph JSON file has no TensorFlow graph to run")
   # The prediction prices ops as `place` did: profiled when the devices are
   # here (the same cached profile), else the roofline.
-  graph, costs = profiled_costs.profiled_graph(loaded, _DEVICES.value,
-                                               topology, log=cli_lib.progress)
+  graph, costs = profiled_costs.profiled_graph(
+      loaded.graph, loaded.extracted, topology, log=cli_lib.progress)
   if _PLACEMENT.value:
     placement = placement_file.load(graph, topology, _PLACEMENT.value)
   else:

@@ -4,8 +4,9 @@ The roofline prices an op from its FLOPs and bytes; on a real target a small
 op's time is mostly the runtime's own overhead, which the roofline does not
 see, and fine splits are priced wrongly exactly where a placement search
 looks for gains. So when the devices are here (this process's CPU devices,
-`local-cpus:K`; the `cpu-workers:K` cluster of this machine) and the graph is
-a TensorFlow graph, it is run on one device of the target for a few steps
+`local-cpus:K` or `local-gpus:K`; the `cpu-workers:K` cluster of this
+machine) and the graph is a TensorFlow graph, it is run on the first device
+of the target for a few steps
 with RunMetadata step stats (`measure.profile_op_times`), and each op is
 priced by its median time. Ops the runtime did not report keep their
 roofline cost; the returned info says how many of each.
@@ -22,7 +23,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Callable, Optional, Tuple
+from typing import Callable, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -34,18 +35,23 @@ from tf_gdp.graph import identity
 from tf_gdp.graph import op_graph
 from tf_gdp.runtime import targets
 
-# The device kind a profile prices: every profiling target here is CPUs.
-PROFILE_KIND = "CPU"
 DEFAULT_REPEATS = 5
+_LOCAL_GPUS = "local-gpus"
 
 
-def target_for(devices: str) -> Optional[str]:
-  """The runtime target that runs `devices` here, or None (not attached)."""
-  name, _, _ = devices.partition(":")
-  if name == topology_lib.LOCAL_CPUS:
+def target_for(topology: topology_lib.Topology) -> Optional[str]:
+  """The runtime target that runs `topology`'s devices here, or None.
+
+  This process's devices (`local-cpus:K`, `local-gpus:K`, or a list of them)
+  and this machine's `cpu-workers:K` cluster; presets of other machines are
+  not here.
+  """
+  name = topology.name.partition("[")[0]
+  kind = name.partition(":")[0]
+  if kind in (topology_lib.LOCAL_CPUS, _LOCAL_GPUS):
     return targets.LOCAL
-  if name == topology_lib.CPU_WORKERS:
-    return devices
+  if kind == topology_lib.CPU_WORKERS:
+    return name
   return None
 
 
@@ -59,45 +65,49 @@ def cache_path(graph: op_graph.OpGraph, target: str) -> str:
   return os.path.join(root, "profiles", digest.hexdigest()[:32] + ".json")
 
 
-def profiled_graph(loaded: graph_specs.LoadedGraph, devices: str,
+def profiled_graph(graph: op_graph.OpGraph, extracted,
                    topology: topology_lib.Topology, *,
+                   pinned: Optional[Mapping[str, str]] = None,
                    repeats: int = DEFAULT_REPEATS, use_cache: bool = True,
                    log: Callable[[str], None] = lambda line: None
                    ) -> Tuple[op_graph.OpGraph, dict]:
-  """`loaded`'s op graph priced by a profile on the target, and what priced it.
+  """`graph` priced by a profile on `topology`'s target, and what priced it.
 
-  Returns the graph unchanged (info `source: roofline` and why) when the
-  devices are not attached here, the graph has no TensorFlow graph (op-graph
-  JSON), or the graph does not run on the target; the reason is in the info.
+  `extracted` is its flat TensorFlow graph (None for an op-graph file) and
+  `pinned` the pins it was costed with. The profile runs every op on the
+  topology's first device and prices that device's kind. Returns `graph`
+  unchanged, with the reason in the info, when the devices are not here,
+  there is no TensorFlow graph, or the graph does not run on the target.
   """
-  target = target_for(devices)
+  target = target_for(topology)
   if target is None:
-    return loaded.graph, {"source": "roofline",
-                          "why": f"{devices} is not attached here"}
-  if loaded.extracted is None:
-    return loaded.graph, {"source": "as given",
-                          "why": "an op-graph file has no TensorFlow graph "
-                                 "to profile"}
-  path = cache_path(loaded.graph, target)
+    return graph, {"source": "roofline",
+                   "why": f"{topology.name} is not attached here"}
+  if extracted is None:
+    return graph, {"source": "as given",
+                   "why": "an op-graph file has no TensorFlow graph to "
+                          "profile"}
+  first = topology.devices[0]
+  path = cache_path(graph, f"{target}:{first.name}")
   profile, cached = _read_cache(path) if use_cache else (None, False)
   if profile is None:
-    log(f"  profiling {loaded.graph.name} on {target} ({repeats} steps)")
+    log(f"  profiling {graph.name} on {target} ({repeats} steps)")
     started = time.perf_counter()
     from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
     try:
-      profile = measure.profile_op_times(loaded.extracted, target,
-                                         repeats=repeats)
+      profile = measure.profile_op_times(
+          extracted, target, repeats=repeats,
+          device=first.name if target == targets.LOCAL else None)
     except RuntimeError as e:
-      return loaded.graph, {"source": "roofline",
-                            "why": errors.first_line(e)}
+      return graph, {"source": "roofline", "why": errors.first_line(e)}
     _write_cache(path, profile, target, time.perf_counter() - started)
-  speed = float(topology.devices[0].speed)
-  graph = graph_specs.op_graph_from_extracted(
-      loaded.extracted, name=loaded.graph.name, devices=topology,
-      profile={name: us * speed for name, us in profile.items()},
-      profile_kind=PROFILE_KIND,
-      metadata={k: v for k, v in loaded.graph.metadata.items()
+  profiled = graph_specs.op_graph_from_extracted(
+      extracted, name=graph.name, devices=topology, pinned=pinned,
+      profile={name: us * float(first.speed) for name, us in profile.items()},
+      profile_kind=first.kind,
+      metadata={k: v for k, v in graph.metadata.items()
                 if k in ("model", "knobs")})
+  graph = profiled
   counts = graph.metadata.get("profile", {})
   return graph, {"source": "profiled", "target": target, "cached": cached,
                  "profiled_ops": int(counts.get("profiled_nodes", 0)),
