@@ -171,7 +171,7 @@ def test_devices_elsewhere_give_a_plan_that_does_not_run_here(
   monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))  # uncalibrated preset
   _, model, _, x, y = placed
   plan = gdp.place(_train_step(model), x, y, devices="cpu-workers:2",
-                   method="round_robin", compare=())
+                   method="round_robin", compare=(), confirm=False)
   assert {d.split("/device")[0] for d in plan.placement.values()} == {
       "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"}
   with pytest.raises(errors.PlacementError, match="does not exist here"):

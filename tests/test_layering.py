@@ -20,6 +20,7 @@ _LAYERS = (
     ("tf_gdp.bench",),
     ("tf_gdp",),
     ("tf_gdp.api", "tf_gdp.place_batch"),
+    ("tf_gdp.confirm_placement",),
     ("tf_gdp.placing",),
     ("tf_gdp.rl",),
     ("tf_gdp.policy", "tf_gdp.baselines", "tf_gdp.viz", "tf_gdp.runtime"),

@@ -30,6 +30,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
+from tf_gdp import confirm_placement
 from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp import placement_file
@@ -66,6 +67,7 @@ class _Options:
   placement: Optional[placement_file.PlacementFile]
   policy: Optional[str]
   profile: bool = True
+  confirm: bool = True
 
   def __post_init__(self):
     methods = placing.method_names()
@@ -101,7 +103,7 @@ def place(fn: Optional[Callable] = None, *example_args,
                            os.PathLike] = None,
           policy: Optional[str] = None,
           example_kwargs: Optional[Mapping[str, Any]] = None,
-          profile: bool = True):
+          profile: bool = True, confirm: bool = True):
   """Places `fn` on `devices`; returns a `PlacedFunction` (or a decorator).
 
   Args:
@@ -128,6 +130,10 @@ def place(fn: Optional[Callable] = None, *example_args,
     profile: when the devices are this process's own, price the ops by a
       profile of the traced graph on them (a few steps, cached;
       `tf_gdp.runtime.profiled_costs`) instead of the roofline.
+    confirm: when the devices can be timed (this process's GPUs, a
+      `cpu-workers:K` cluster), measure the placement, the best compared
+      baselines and one device before returning, and keep the best measured
+      median (`tf_gdp.confirm_placement`); never slower than one device.
 
   Raises:
     InputError: bad options; PlacementError: a placement that does not fit
@@ -139,7 +145,8 @@ def place(fn: Optional[Callable] = None, *example_args,
     placement = load_placement(placement)
   options = _Options(devices=devices, method=method, budget=budget,
                      backend=backend, compare=tuple(compare), seed=seed,
-                     placement=placement, policy=policy, profile=profile)
+                     placement=placement, policy=policy, profile=profile,
+                     confirm=confirm)
   if fn is None:
     if example_args or example_kwargs:
       raise errors.InputError("example arguments given without a function")
@@ -218,6 +225,9 @@ class PlacedFunction:
           graph, topo, options.method, budget_seconds=float(options.budget),
           policy=options.policy, seed=options.seed, compare=options.compare,
           extracted=extracted)
+      if options.confirm:
+        result = confirm_placement.confirm(result, graph, topo, extracted,
+                                           seed=options.seed)
     if not result.valid:
       logging.warning("%s: the placement on %s is predicted invalid: %s",
                       self.__name__, topo.name, result.reason)

@@ -26,6 +26,7 @@ from typing import Callable, List, Optional
 
 from grappler_bridge import errors as grappler_errors
 
+from tf_gdp import confirm_placement
 from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp import graph_specs
@@ -51,7 +52,7 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                seed: int = 0, compare=placing.DEFAULT_COMPARE,
                pictures: bool = True, write_graph: bool = False,
                signature: Optional[str] = None, profile: bool = True,
-               calibrate: bool = True,
+               calibrate: bool = True, confirm: bool = True,
                log: Callable[[str], None] = lambda line: None
                ) -> List[Outcome]:
   """Places every graph of `spec` on `devices`; writes under `out_dir`.
@@ -60,7 +61,10 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   `profile`, a TensorFlow graph whose devices are here (`local-cpus:K`,
   `cpu-workers:K`) is priced by a profile on them (`runtime.profiled_costs`);
   with `calibrate`, a cpu-workers:K topology whose links were never measured
-  is calibrated first (`tf-gdp calibrate`, saved for the next run).
+  is calibrated first (`tf-gdp calibrate`, saved for the next run). With
+  `confirm`, a placement for devices that can be timed is measured against
+  the best baselines and one device before it is written
+  (`confirm_placement`).
   """
   if method not in placing.method_names():  # fail before loading any graph
     raise errors.InputError(f"unknown method {method!r}; choose from "
@@ -96,6 +100,10 @@ def place_many(spec: str, devices: str, out_dir: str, *,
           loaded.graph, topology, method, budget_seconds=budget_seconds,
           policy=policy, samples=samples, seed=seed, compare=compare,
           extracted=loaded.extracted, log=log)
+      if confirm:
+        result = confirm_placement.confirm(result, loaded.graph, topology,
+                                           loaded.extracted, seed=seed,
+                                           log=log)
       outcome.result = result
       outcome.folder = os.path.join(out_dir, identity.safe_name(item.label))
       write_outputs(outcome.folder, loaded, topology, result,
@@ -203,6 +211,24 @@ def format_summary(outcomes: List[Outcome], devices: str, method: str) -> str:
     lines.append(f"{o.label[:24]:<24} {o.nodes:>7,} {r.step_time_us / 1e3:>10,.1f} "
                  f"{'yes' if r.valid else 'NO':>5} {ratio:>5.2f} " +
                  " ".join(cells) + f" {o.seconds:>8.1f}  {o.folder}")
+    lines += _confirmation_lines(r)
   failed = sum(o.result is None for o in outcomes)
   lines.append(f"{len(outcomes) - failed} placed, {failed} failed")
   return "\n".join(lines)
+
+
+def _confirmation_lines(result: placing.PlaceResult) -> List[str]:
+  """Under a graph's row: measured next to predicted, and what was kept."""
+  confirmed = result.details.get("confirmation")
+  if not confirmed:
+    return []
+  if not confirmed["measured"]:
+    return [f"  {confirmed['note']}"]
+  cells = ", ".join(
+      f"{row['name']} {row['measured_us'] / 1e3:,.2f}" if row["valid"]
+      else f"{row['name']} failed" for row in confirmed["rows"])
+  kept = confirmed["chosen"]
+  asked = confirmed["requested_method"]
+  return [f"  measured ms on {confirmed['target']}: {cells}; kept {kept}"
+          + ("" if kept == asked else f" (faster than {asked}; the step "
+             "time above is its prediction)")]

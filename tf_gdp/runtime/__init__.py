@@ -6,4 +6,5 @@ __all__ = []
 
 _package_api.install(
     globals(),
-    modules=("calibrate", "measure", "profiled_costs", "workers"))
+    modules=("calibrate", "confirmation", "measure", "profiled_costs",
+             "workers"))

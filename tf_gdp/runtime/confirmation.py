@@ -1,0 +1,127 @@
+"""Measured confirmation: the best candidates and one device, timed, interleaved.
+
+The simulator ranks coarse placements well and fine splits badly, and a fine
+split is what a search tends to return. So before a placement for devices
+that are here is handed to the user, the few best candidates by prediction
+and the single-device placement are run on the target, round after round in
+a rotating order (so that drifting machine load hits each alike), and the
+winner is the best measured median. A placement that measures slower than
+one device is never the result: one device is a candidate, and it also wins
+when the best beats it by less than `TIE_MARGIN`, a gain inside the noise.
+
+Only targets with real parallel devices are measured: `cpu-workers:K`
+clusters and this process's GPUs. This process's logical CPU devices
+(`local-cpus:K`) share one thread pool, so their times say nothing about a
+placement's speed; there the result is the prediction, and the report says
+so.
+"""
+
+import contextlib
+import dataclasses
+import statistics
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from tf_gdp.cost import topology as topology_lib
+
+DEFAULT_ROUNDS = 3
+DEFAULT_REPEATS = 3
+# A split that beats one device by less than this measures inside the noise
+# of a shared machine (docs/BENCHMARKS.md, "Real runtime"): one device wins.
+TIE_MARGIN = 0.05
+PREDICTED_ONLY = ("predicted only: logical CPU devices of one process share its "
+                  "thread pool, so their measured times do not tell placements "
+                  "apart")
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """One placement to measure: its name (the method) and prediction."""
+  name: str
+  placement: np.ndarray
+  predicted_us: float
+
+
+@dataclasses.dataclass
+class Confirmation:
+  """What was measured and which candidate won."""
+  target: str
+  chosen: str
+  rows: List[dict]  # name, predicted_us, measured_us, round_us, valid, reason
+  rounds: int
+
+  def report(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def target_for(topology: topology_lib.Topology) -> Optional[str]:
+  """The target whose measurements can rank placements on `topology`."""
+  name = topology.name.partition("[")[0]
+  if name.startswith(topology_lib.CPU_WORKERS + ":"):
+    return name
+  if name.startswith("local-gpus:"):
+    return "local"
+  return None
+
+
+def confirm(extracted, candidates: Sequence[Candidate], target: str, *,
+            topology: topology_lib.Topology, rounds: int = DEFAULT_ROUNDS,
+            repeats: int = DEFAULT_REPEATS,
+            log: Callable[[str], None] = lambda line: None) -> Confirmation:
+  """Measures every candidate `rounds` times, interleaved; the best wins.
+
+  `candidates` must include the single-device placement under the name
+  `single_device`; a candidate that fails to run (OOM, kernel error) is
+  never chosen, and one device wins ties (`TIE_MARGIN`). Each candidate's figure is the median of its rounds'
+  medians (`repeats` timed steps each after one warm-up step).
+  """
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
+  names = [c.name for c in candidates]
+  if "single_device" not in names:
+    raise ValueError("confirmation needs the single_device candidate")
+  runs = {name: [] for name in names}
+  reasons = {}
+  with _opened(target) as opened:
+    for round_index in range(rounds):
+      shift = round_index % len(candidates)
+      for candidate in list(candidates[shift:]) + list(candidates[:shift]):
+        found = measure.measure(extracted, candidate.placement, opened,
+                                topology=topology, warmup=1, repeats=repeats)
+        if found.valid:
+          runs[candidate.name].append(found.step_time_us)
+        else:
+          reasons[candidate.name] = found.reason
+      log(f"  measured round {round_index + 1}/{rounds}: " + ", ".join(
+          f"{n} {runs[n][-1] / 1e3:.1f} ms" for n in names
+          if runs[n] and n not in reasons))
+  rows = []
+  for candidate in candidates:
+    times = runs[candidate.name]
+    ok = bool(times) and candidate.name not in reasons
+    rows.append({"name": candidate.name,
+                 "predicted_us": float(candidate.predicted_us),
+                 "measured_us": float(statistics.median(times)) if ok else None,
+                 "round_us": [float(t) for t in times], "valid": ok,
+                 "reason": reasons.get(candidate.name)})
+  measured = [r for r in rows if r["valid"]]
+  chosen = (min(measured, key=lambda r: r["measured_us"])["name"]
+            if measured else "single_device")
+  single = next(r for r in rows if r["name"] == "single_device")
+  best = next((r for r in rows if r["name"] == chosen), single)
+  if single["valid"] and best["measured_us"] > single["measured_us"] * (
+      1.0 - TIE_MARGIN):
+    chosen = "single_device"
+  return Confirmation(target=str(target), chosen=chosen, rows=rows,
+                      rounds=rounds)
+
+
+@contextlib.contextmanager
+def _opened(target: str):
+  """A started cluster for `cpu-workers:K` (one for every run), else `target`."""
+  if not target.startswith(topology_lib.CPU_WORKERS + ":"):
+    yield target
+    return
+  from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
+  with workers.CpuWorkerCluster(int(target.partition(":")[2])) as cluster:
+    yield cluster
