@@ -19,7 +19,7 @@ _LAYERS = (
     ("tf_gdp.cli",),
     ("tf_gdp.bench",),
     ("tf_gdp",),
-    ("tf_gdp.api", "tf_gdp.place_batch"),
+    ("tf_gdp.api", "tf_gdp.evaluation", "tf_gdp.place_batch"),
     ("tf_gdp.placing",),
     ("tf_gdp.rl",),
     ("tf_gdp.policy", "tf_gdp.baselines", "tf_gdp.viz", "tf_gdp.runtime"),

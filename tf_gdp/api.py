@@ -65,6 +65,7 @@ class _Options:
   seed: int
   placement: Optional[placement_file.PlacementFile]
   policy: Optional[str]
+  allow_side_effects: bool = False
 
   def __post_init__(self):
     methods = placing.method_names()
@@ -99,7 +100,8 @@ def place(fn: Optional[Callable] = None, *example_args,
           placement: Union[None, placement_file.PlacementFile, str,
                            os.PathLike] = None,
           policy: Optional[str] = None,
-          example_kwargs: Optional[Mapping[str, Any]] = None):
+          example_kwargs: Optional[Mapping[str, Any]] = None,
+          allow_side_effects: bool = False):
   """Places `fn` on `devices`; returns a `PlacedFunction` (or a decorator).
 
   Args:
@@ -123,10 +125,14 @@ def place(fn: Optional[Callable] = None, *example_args,
       instead of searching; `method`, `budget` and `policy` are then unused.
     policy: gdp: a saved policy directory instead of the shipped one.
     example_kwargs: keyword arguments to trace `fn` with.
+    allow_side_effects: backend "measure": time the step even if it has ops
+      that reach outside it (file writes and reads, `py_function`, network
+      ops); without it such a function is refused before anything runs.
 
   Raises:
-    InputError: bad options; PlacementError: a placement that does not fit
-      the function's graph or breaks a device constraint.
+    InputError: bad options, or backend "measure" on a function with ops
+      that reach outside the step; PlacementError: a placement that does
+      not fit the function's graph or breaks a device constraint.
   """
   if isinstance(compare, str):
     compare = (compare,)
@@ -134,7 +140,8 @@ def place(fn: Optional[Callable] = None, *example_args,
     placement = load_placement(placement)
   options = _Options(devices=devices, method=method, budget=budget,
                      backend=backend, compare=tuple(compare), seed=seed,
-                     placement=placement, policy=policy)
+                     placement=placement, policy=policy,
+                     allow_side_effects=bool(allow_side_effects))
   if fn is None:
     if example_args or example_kwargs:
       raise errors.InputError("example arguments given without a function")
@@ -196,6 +203,10 @@ class PlacedFunction:
     topo = target_devices.resolve(options.devices)
     concrete = self._fn.get_concrete_function(*args, **kwargs)
     extracted = extract.from_concrete_function(concrete)
+    if options.backend == MEASURE:  # refused before any search or run
+      from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
+      side_effects.check(extracted.graph_def, what=self.__name__,
+                         allow_side_effects=options.allow_side_effects)
     runs_here = target_devices.runs_here(topo)
     graph = _op_graph(extracted, topo, name=self.__name__,
                       pin_captures=runs_here)
@@ -215,7 +226,7 @@ class PlacedFunction:
     state = _Placed(concrete, extracted, graph, topo, result, device_map)
     if options.backend == MEASURE:
       state.measured = _measure(state, self._flat_args(state, args, kwargs),
-                                runs_here)
+                                runs_here, options.allow_side_effects)
     return state
 
   # ---- running ---------------------------------------------------------------
@@ -353,7 +364,8 @@ def _check_constraints(extracted, device_map: Mapping[str, str],
     rewrite.check_captures_stay(placed, extracted)
 
 
-def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
+def _measure(state: _Placed, flat_args: list, runs_here: bool,
+             allow_side_effects: bool) -> dict:
   """Times the chosen placement with the TF runtime on its devices."""
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import targets  # pylint: disable=g-import-not-at-top
@@ -367,7 +379,8 @@ def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
         f"backend='measure' cannot reach the devices of {state.topology.name!r}"
         ": use local devices or cpu-workers:K")
   found = measure.measure(state.extracted, state.device_map, target,
-                          example_args=flat_args)
+                          example_args=flat_args,
+                          allow_side_effects=allow_side_effects)
   return {"step_time_us": found.step_time_us, "valid": found.valid,
           "reason": found.reason, "target": found.target,
           "times_us": list(found.times_us)}
