@@ -17,4 +17,4 @@ _package_api.install(
     globals(),
     modules=("costs", "errors", "export", "extract", "graph_io", "graph_view",
              "grappler_estimates", "hardware", "limits", "package_api",
-             "profiling", "rewrite", "runnable", "tf_env"))
+             "profiling", "rewrite", "runnable", "side_effects", "tf_env"))

@@ -4,6 +4,8 @@ A roofline is a model; a profile is what this machine did. `profile_step`
 runs the flat graph as given (Grappler off, so node names survive) in a
 Session with FULL_TRACE, and its result can replace the roofline of one
 device kind in the op-graph document (`costs.op_graph_document(profile=)`).
+Profiling runs the graph's ops: a graph with ops that reach outside the step
+(`side_effects`) is refused unless side effects are allowed.
 """
 
 import statistics
@@ -21,6 +23,7 @@ from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
 from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
 from grappler_bridge import graph_view  # pylint: disable=g-import-not-at-top
 from grappler_bridge import runnable as runnable_lib  # pylint: disable=g-import-not-at-top
+from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
 
 
 def profile_step(source,
@@ -28,8 +31,8 @@ def profile_step(source,
                  *,
                  runs: int = 5,
                  warmup: int = 2,
-                 session_config: Optional[config_pb2.ConfigProto] = None
-                ) -> Dict[str, float]:
+                 session_config: Optional[config_pb2.ConfigProto] = None,
+                 allow_side_effects: bool = False) -> Dict[str, float]:
   """Measures each op of one step with the TF runtime, in microseconds.
 
   Runs the flat graph in a `tf.compat.v1.Session` with FULL_TRACE and reads
@@ -52,19 +55,24 @@ def profile_step(source,
     runs: measured steps.
     warmup: unmeasured steps first.
     session_config: optional ConfigProto (threads, devices).
+    allow_side_effects: run the graph even if it has ops that reach outside
+      the step (`side_effects.check`).
 
   Returns:
     Node name -> median microseconds, for the nodes the runtime reported.
 
   Raises:
     errors.InputError: the graph has a resource input whose variable is not
-      known (e.g. a MetaGraphDef with captured-handle placeholders).
+      known (e.g. a MetaGraphDef with captured-handle placeholders), or ops
+      that reach outside the step without `allow_side_effects`.
   """
   if runs < 1 or warmup < 0:
     raise errors.InputError("profile_step needs runs >= 1 and warmup >= 0")
   if callable(source) and not isinstance(source, extract.ExtractedGraph):
     source = extract.from_function(source, *example_args)
   graph = graph_view.as_graph(source)
+  side_effects.check(graph.meta_graph.graph_def,
+                     allow_side_effects=allow_side_effects)
   try:
     runnable = runnable_lib.runnable_graph(
         graph, _arg_values(graph.extracted, example_args),

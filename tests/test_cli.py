@@ -125,6 +125,8 @@ def test_export_metagraph_pb_and_inspect_it(tmp_path):
 @pytest.mark.parametrize("command,flag", [("place", "--graphs"),
                                           ("calibrate", "--workers"),
                                           ("measure", "--placement"),
+                                          ("measure", "--allow_side_effects"),
+                                          ("evaluate", "--json_out"),
                                           ("pretrain", "--budget_iterations")])
 def test_command_help_lists_the_command_flags(command, flag):
   result = _cli(command, "--help")
@@ -158,3 +160,60 @@ def test_place_a_train_step_saved_model_by_its_signature(
   assert document["placement"]
   _assert_bad_input(_cli("inspect", f"--graph={train_step_saved_model}",
                          "--signature=nope"), "no signature 'nope'")
+
+
+def test_evaluate_agrees_with_place_and_writes_its_json(tmp_path):
+  out = tmp_path / "out"
+  placed = _cli("place", "--graphs=layered:200", "--devices=p100x4",
+                "--method=metis", "--nopictures", f"--out={out}")
+  assert placed.returncode == 0, placed.stderr
+  report = json.loads((out / "layered_200" / "report.json").read_text())
+  placement = out / "layered_200" / "placement.json"
+  json_out = tmp_path / "evaluation.json"
+  evaluated = _cli("evaluate", "--graph=layered:200",
+                   f"--placement={placement}", f"--json_out={json_out}")
+  assert evaluated.returncode == 0, evaluated.stderr
+  assert f"step time {report['step_time_us'] / 1e3:,.3f} ms" in evaluated.stdout
+  result = json.loads(json_out.read_text())
+  assert result["step_time_us"] == pytest.approx(report["step_time_us"],
+                                                 rel=1e-12)
+  assert (result["graph"], result["topology"]) == ("layered_200", "p100x4")
+  assert result["valid"] and result["reason"] is None
+  assert result["lower_bound_us"] == pytest.approx(report["lower_bound_us"])
+  assert result["transfer_bytes"] == report["transfer_bytes"] > 0
+  devices = result["devices"]
+  assert [d["name"] for d in devices] == report["devices"]
+  assert [d["busy_us"] for d in devices] == pytest.approx(report["busy_us"])
+  assert [d["peak_memory_bytes"] for d in devices] == report[
+      "peak_memory_bytes"]
+  assert all(d["memory_bytes"] >= d["peak_memory_bytes"] for d in devices)
+  assert sum(d["ops"] for d in devices) == 200
+  assert (sum(d["bytes_sent"] for d in devices) ==
+          sum(d["bytes_received"] for d in devices) == result["transfer_bytes"])
+  # A baseline by name: the placement `place` compared with.
+  single = _cli("evaluate", "--graph=layered:200", "--placement=single_device",
+                "--devices=p100x4", f"--json_out={tmp_path / 'single.json'}")
+  assert single.returncode == 0, single.stderr
+  assert json.loads((tmp_path / "single.json").read_text())[
+      "step_time_us"] == pytest.approx(
+          report["compared"]["single_device"]["step_time_us"], rel=1e-12)
+  # Bad input: one line, exit 2, no JSON written.
+  document = json.loads(placement.read_text())
+  document["placement"][next(iter(document["placement"]))] = "/device:GPU:9"
+  elsewhere = tmp_path / "elsewhere.json"
+  elsewhere.write_text(json.dumps(document))
+  bad_out = tmp_path / "bad.json"
+  for args, message in [
+      ([f"--placement={tmp_path / 'missing.json'}"], "no such placement file"),
+      (["--graph=layered:100", f"--placement={placement}"],
+       "does not match graph 'layered_100'"),
+      ([f"--placement={elsewhere}"],
+       "places ops on '/device:GPU:9', which topology 'p100x4' does not have"),
+      (["--placement=single_device"], "a baseline needs --devices"),
+      ([f"--placement={placement}", "--devices=tpu9000"],
+       "unknown devices 'tpu9000'")]:
+    if not any(a.startswith("--graph=") for a in args):
+      args = ["--graph=layered:200"] + args
+    _assert_bad_input(_cli("evaluate", *args, f"--json_out={bad_out}"),
+                      message)
+  assert not bad_out.exists()

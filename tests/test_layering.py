@@ -19,7 +19,7 @@ _LAYERS = (
     ("tf_gdp.cli",),
     ("tf_gdp.bench",),
     ("tf_gdp",),
-    ("tf_gdp.api", "tf_gdp.place_batch"),
+    ("tf_gdp.api", "tf_gdp.evaluation", "tf_gdp.place_batch"),
     ("tf_gdp.confirm_placement",),
     ("tf_gdp.placing",),
     ("tf_gdp.rl",),

@@ -1,5 +1,7 @@
 """The placement bandit: specs, rewards, references, batches, best, backends."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -18,6 +20,10 @@ from tf_gdp.cost import simulator
 from tf_gdp.policy import features
 from tf_agents.environments import utils as env_utils
 from tf_agents.trajectories import time_step as ts
+from tensorflow.core.framework import graph_pb2
+
+# Stands in for a task's ExtractedGraph where `measure` is faked.
+_NO_TF_GRAPH = types.SimpleNamespace(graph_def=graph_pb2.GraphDef())
 
 
 
@@ -136,13 +142,14 @@ def test_bad_arguments():
 
 
 def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch):
-  task = environment.PlacementTask(two_chains(), gpus(), extracted=object())
+  task = environment.PlacementTask(two_chains(), gpus(), extracted=_NO_TF_GRAPH)
   env = environment.PlacementEnv([task], backend="mix", measure_target="local",
                                  measure_top_k=1, measure_confirm=0)
   measured = []
 
-  def fake_measure(extracted, placement, target, *, topology, repeats, warmup):
-    del extracted, target, topology, repeats, warmup
+  def fake_measure(extracted, placement, target, *, topology, repeats, warmup,
+                   allow_side_effects):
+    del extracted, target, topology, repeats, warmup, allow_side_effects
     measured.append(np.asarray(placement).copy())
     # "Reality" is twice as slow as the simulator, everywhere.
     sim = simulator.simulate(task.graph, placement, task.topology)
@@ -167,7 +174,7 @@ def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch)
 
 
 def test_a_lucky_measurement_does_not_become_the_best(monkeypatch):
-  task = environment.PlacementTask(two_chains(), gpus(), extracted=object())
+  task = environment.PlacementTask(two_chains(), gpus(), extracted=_NO_TF_GRAPH)
   env = environment.PlacementEnv([task], backend="measure",
                                  measure_target="local", measure_confirm=2)
   split = split_action(env)
@@ -182,8 +189,9 @@ def test_a_lucky_measurement_does_not_become_the_best(monkeypatch):
   runs = {key(split): [500.0, 900.0, 950.0],   # lucky once, 900 really
           key(other): [850.0, 860.0, 870.0]}   # steady 860
 
-  def fake_measure(extracted, placement, target, *, topology, repeats, warmup):
-    del extracted, target, topology, repeats, warmup
+  def fake_measure(extracted, placement, target, *, topology, repeats, warmup,
+                   allow_side_effects):
+    del extracted, target, topology, repeats, warmup, allow_side_effects
     times = runs.get(np.asarray(placement, np.int64).tobytes(), [1600.0])
     return measure_lib.Measurement(step_time_us=times.pop(0) if len(times) > 1
                                    else times[0])

@@ -68,6 +68,7 @@ class _Options:
   policy: Optional[str]
   profile: bool = True
   confirm: bool = True
+  allow_side_effects: bool = False
 
   def __post_init__(self):
     methods = placing.method_names()
@@ -103,7 +104,8 @@ def place(fn: Optional[Callable] = None, *example_args,
                            os.PathLike] = None,
           policy: Optional[str] = None,
           example_kwargs: Optional[Mapping[str, Any]] = None,
-          profile: bool = True, confirm: bool = True):
+          profile: bool = True, confirm: bool = True,
+          allow_side_effects: bool = False):
   """Places `fn` on `devices`; returns a `PlacedFunction` (or a decorator).
 
   Args:
@@ -134,10 +136,16 @@ def place(fn: Optional[Callable] = None, *example_args,
       `cpu-workers:K` cluster), measure the placement, the best compared
       baselines and one device before returning, and keep the best measured
       median (`tf_gdp.confirm_placement`); never slower than one device.
+    allow_side_effects: run the step to profile, confirm or measure it even
+      if it has ops that reach outside it (file writes and reads,
+      `py_function`, network ops); without it, profiling and confirmation
+      are skipped for such a function (the report says so) and backend
+      "measure" refuses it before anything runs.
 
   Raises:
-    InputError: bad options; PlacementError: a placement that does not fit
-      the function's graph or breaks a device constraint.
+    InputError: bad options, or backend "measure" on a function with ops
+      that reach outside the step; PlacementError: a placement that does
+      not fit the function's graph or breaks a device constraint.
   """
   if isinstance(compare, str):
     compare = (compare,)
@@ -146,7 +154,8 @@ def place(fn: Optional[Callable] = None, *example_args,
   options = _Options(devices=devices, method=method, budget=budget,
                      backend=backend, compare=tuple(compare), seed=seed,
                      placement=placement, policy=policy, profile=profile,
-                     confirm=confirm)
+                     confirm=confirm,
+                     allow_side_effects=bool(allow_side_effects))
   if fn is None:
     if example_args or example_kwargs:
       raise errors.InputError("example arguments given without a function")
@@ -209,14 +218,19 @@ class PlacedFunction:
     topo = target_devices.resolve(options.devices)
     concrete = self._fn.get_concrete_function(*args, **kwargs)
     extracted = extract.from_concrete_function(concrete)
+    if options.backend == MEASURE:  # refused before any search or run
+      from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
+      side_effects.check(extracted.graph_def, what=self.__name__,
+                         allow_side_effects=options.allow_side_effects)
     runs_here = target_devices.runs_here(topo)
     graph, pins = _op_graph(extracted, topo, name=self.__name__,
                             pin_captures=runs_here)
     costs = {"source": "roofline"}
     if options.profile and runs_here:
       from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
-      graph, costs = profiled_costs.profiled_graph(graph, extracted, topo,
-                                                   pinned=pins)
+      graph, costs = profiled_costs.profiled_graph(
+          graph, extracted, topo, pinned=pins,
+          allow_side_effects=options.allow_side_effects)
     if options.placement is not None:
       result = _reapply(graph, topo, options.placement, options.compare,
                         options.seed)
@@ -226,8 +240,9 @@ class PlacedFunction:
           policy=options.policy, seed=options.seed, compare=options.compare,
           extracted=extracted)
       if options.confirm:
-        result = confirm_placement.confirm(result, graph, topo, extracted,
-                                           seed=options.seed)
+        result = confirm_placement.confirm(
+            result, graph, topo, extracted, seed=options.seed,
+            allow_side_effects=options.allow_side_effects)
     if not result.valid:
       logging.warning("%s: the placement on %s is predicted invalid: %s",
                       self.__name__, topo.name, result.reason)
@@ -237,7 +252,7 @@ class PlacedFunction:
                     costs=costs)
     if options.backend == MEASURE:
       state.measured = _measure(state, self._flat_args(state, args, kwargs),
-                                runs_here)
+                                runs_here, options.allow_side_effects)
     return state
 
   # ---- running ---------------------------------------------------------------
@@ -376,7 +391,8 @@ def _check_constraints(extracted, device_map: Mapping[str, str],
     rewrite.check_captures_stay(placed, extracted)
 
 
-def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
+def _measure(state: _Placed, flat_args: list, runs_here: bool,
+             allow_side_effects: bool) -> dict:
   """Times the chosen placement with the TF runtime on its devices."""
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import targets  # pylint: disable=g-import-not-at-top
@@ -390,7 +406,8 @@ def _measure(state: _Placed, flat_args: list, runs_here: bool) -> dict:
         f"backend='measure' cannot reach the devices of {state.topology.name!r}"
         ": use local devices or cpu-workers:K")
   found = measure.measure(state.extracted, state.device_map, target,
-                          example_args=flat_args)
+                          example_args=flat_args,
+                          allow_side_effects=allow_side_effects)
   return {"step_time_us": found.step_time_us, "valid": found.valid,
           "reason": found.reason, "target": found.target,
           "times_us": list(found.times_us)}

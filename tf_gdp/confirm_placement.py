@@ -13,6 +13,8 @@ the report says the times are predicted only.
 import dataclasses
 from typing import Callable
 
+from grappler_bridge import side_effects
+
 from tf_gdp import placing
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -26,9 +28,14 @@ BASELINE_CANDIDATES = 2
 def confirm(result: placing.PlaceResult, graph: op_graph.OpGraph,
             topology: topology_lib.Topology, extracted, *, seed: int = 0,
             rounds: int = confirmation.DEFAULT_ROUNDS,
+            allow_side_effects: bool = False,
             log: Callable[[str], None] = lambda line: None
             ) -> placing.PlaceResult:
-  """`result`, or the candidate that measured best, with the measurements."""
+  """`result`, or the candidate that measured best, with the measurements.
+
+  A graph with ops that reach outside the step (`grappler_bridge.
+  side_effects`) is not run without `allow_side_effects`: predicted only.
+  """
   target = confirmation.target_for(topology)
   if extracted is None:
     return _noted(result, {"measured": False,
@@ -39,6 +46,13 @@ def confirm(result: placing.PlaceResult, graph: op_graph.OpGraph,
             if topology.name.startswith(topology_lib.LOCAL_CPUS)
             else f"{topology.name} is not attached here: predicted only")
     return _noted(result, {"measured": False, "note": note})
+  outside = side_effects.find(extracted.graph_def)
+  if outside and not allow_side_effects:
+    return _noted(result, {
+        "measured": False,
+        "note": "not measured: it has ops that reach outside the step ("
+                f"{', '.join(op for _, op in outside[:3])}); "
+                "--allow_side_effects measures it: predicted only"})
   found = {result.method: result}
   ranked = sorted(
       (entry["step_time_us"], name) for name, entry in result.compared.items()
@@ -53,7 +67,9 @@ def confirm(result: placing.PlaceResult, graph: op_graph.OpGraph,
   log(f"  confirming on {target}: {', '.join(found)} "
       f"({rounds} interleaved rounds)")
   measured = confirmation.confirm(extracted, candidates, target,
-                                  topology=topology, rounds=rounds, log=log)
+                                  topology=topology, rounds=rounds,
+                                  allow_side_effects=allow_side_effects,
+                                  log=log)
   chosen = found[measured.chosen]
   log("  measured medians: " + ", ".join(
       f"{row['name']} {row['measured_us'] / 1e3:.2f} ms (predicted "

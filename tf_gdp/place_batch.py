@@ -53,6 +53,7 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                pictures: bool = True, write_graph: bool = False,
                signature: Optional[str] = None, profile: bool = True,
                calibrate: bool = True, confirm: bool = True,
+               allow_side_effects: bool = False,
                log: Callable[[str], None] = lambda line: None
                ) -> List[Outcome]:
   """Places every graph of `spec` on `devices`; writes under `out_dir`.
@@ -64,7 +65,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   is calibrated first (`tf-gdp calibrate`, saved for the next run). With
   `confirm`, a placement for devices that can be timed is measured against
   the best baselines and one device before it is written
-  (`confirm_placement`).
+  (`confirm_placement`). Neither runs a graph whose ops reach outside the
+  step unless `allow_side_effects`.
   """
   if method not in placing.method_names():  # fail before loading any graph
     raise errors.InputError(f"unknown method {method!r}; choose from "
@@ -93,7 +95,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
       if profile:
         from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
         graph, costs = profiled_costs.profiled_graph(
-            loaded.graph, loaded.extracted, topology, log=log)
+            loaded.graph, loaded.extracted, topology,
+            allow_side_effects=allow_side_effects, log=log)
         loaded = dataclasses.replace(loaded, graph=graph)
       outcome.nodes = loaded.graph.num_nodes
       result = placing.place(
@@ -101,9 +104,9 @@ def place_many(spec: str, devices: str, out_dir: str, *,
           policy=policy, samples=samples, seed=seed, compare=compare,
           extracted=loaded.extracted, log=log)
       if confirm:
-        result = confirm_placement.confirm(result, loaded.graph, topology,
-                                           loaded.extracted, seed=seed,
-                                           log=log)
+        result = confirm_placement.confirm(
+            result, loaded.graph, topology, loaded.extracted, seed=seed,
+            allow_side_effects=allow_side_effects, log=log)
       outcome.result = result
       outcome.folder = os.path.join(out_dir, identity.safe_name(item.label))
       write_outputs(outcome.folder, loaded, topology, result,

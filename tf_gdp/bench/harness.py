@@ -162,11 +162,14 @@ def _ms(us) -> str:
 
 
 @contextlib.contextmanager
-def measurer_for(target: Optional[str], *, repeats: int = 5):
+def measurer_for(target: Optional[str], *, repeats: int = 5,
+                 allow_side_effects: bool = False):
   """A `measure(extracted, placement, topology)` callable, or None.
 
   A `cpu-workers:K` cluster is started once for the whole benchmark and shut
-  down when the benchmark ends, whatever happens.
+  down when the benchmark ends, whatever happens. A graph with ops that reach
+  outside the step is refused (InputError) at its first measurement unless
+  `allow_side_effects`.
   """
   if not target:
     yield None
@@ -179,10 +182,12 @@ def measurer_for(target: Optional[str], *, repeats: int = 5):
       raise errors.InputError(f"--measure={target}: use cpu-workers:K")
     with workers.CpuWorkerCluster(int(count)) as cluster:
       yield lambda extracted, placement, topo: measure.measure(
-          extracted, placement, cluster, topology=topo, repeats=repeats)
+          extracted, placement, cluster, topology=topo, repeats=repeats,
+          allow_side_effects=allow_side_effects)
     return
   yield lambda extracted, placement, topo: measure.measure(
-      extracted, placement, target, topology=topo, repeats=repeats)
+      extracted, placement, target, topology=topo, repeats=repeats,
+      allow_side_effects=allow_side_effects)
 
 
 def stderr_progress(line: str) -> None:

@@ -2,9 +2,11 @@
 
 Graphs no placement can run (`errors.InfeasibleError`), placement files that
 do not fit the graph (`PlacementError`, and their `command` is never run),
-measurements that fail (a kernel error, out of memory, a hung step, a killed
-worker: the API returns an invalid Measurement, or a retried valid one) and
-baselines that must give the same placement twice for one seed.
+placement files `tf-gdp evaluate` cannot judge, a graph whose step reaches
+outside it (refused before it runs), measurements that fail (a kernel error,
+out of memory, a hung step, a killed worker: the API returns an invalid
+Measurement, or a retried valid one) and baselines that must give the same
+placement twice for one seed.
 """
 
 import json
@@ -79,6 +81,70 @@ def _placement_for(tmp: str, ops: Sequence[str]) -> dict:
           "placement": {op: gpu0 for op in ops}}
 
 
+def _evaluate_case(name, given, expect, placement_doc, *,
+                   error=errors.PlacementError,
+                   with_devices=True) -> reliability_case.Case:
+  """A placement file given to `tf-gdp evaluate` for the tiny graph.
+
+  `placement_doc`: tmp -> the file's JSON object, or None for no file.
+  """
+
+  def files(tmp):
+    graph = reliability_case.write(tmp, "graph.json",
+                                   json.dumps(reliability_case.tiny_document()))
+    topo = reliability_case.write(
+        tmp, "topology.json", json.dumps(reliability_case.two_gpu_topology()))
+    if placement_doc is not None:
+      reliability_case.write(tmp, "placement.json",
+                             json.dumps(placement_doc(tmp)))
+    return (graph, os.path.join(tmp, "placement.json"),
+            topo if with_devices else None)
+
+  def api(tmp):
+    from tf_gdp import evaluation  # pylint: disable=g-import-not-at-top
+    graph, placement, devices = files(tmp)
+    evaluation.evaluate(graph, placement, devices=devices)
+
+  def cli(tmp):
+    graph, placement, devices = files(tmp)
+    out = os.path.join(tmp, reliability_case.OUT, "evaluation.json")
+    return [["evaluate", f"--graph={graph}", f"--placement={placement}",
+             f"--json_out={out}"] +
+            ([f"--devices={devices}"] if devices else [])]
+
+  return reliability_case.Case(
+      name=name, given=given, expect=expect, api=api, error=error, cli=cli,
+      test=f"tests/test_reliability_inputs.py::test_api[{name}]")
+
+
+def _tiny_placement(devices) -> dict:
+  """A placement file of the tiny graph on topology 't': ops a, b, c."""
+  return {"format": "tf-gdp-placement", "version": 1, "method": "by hand",
+          "graph": "tiny", "topology": "t",
+          "placement": dict(zip("abc", devices))}
+
+
+def _side_effects_refused(tmp) -> str:
+  """Measuring a step that writes a file: refused, and the file not written."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
+  from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
+  path = os.path.join(tmp, "written.txt")
+
+  @tf.function
+  def step(x):
+    tf.io.write_file(path, tf.strings.as_string(x))
+    return x * 2.0
+
+  extracted = extract.from_function(step, tf.ones([]))
+  try:
+    measure.measure(extracted, {}, "local", warmup=0, repeats=1)
+  finally:
+    if os.path.exists(path):
+      raise AssertionError("the refused step wrote its file")
+  return "measured"
+
+
 def _measure_case(name, given, expect, run, test,
                   slow=False) -> reliability_case.Case:
   return reliability_case.Case(name=name, given=given, expect=expect,
@@ -86,7 +152,8 @@ def _measure_case(name, given, expect, run, test,
                                slow=slow)
 
 
-def _measure_local(function, args, feed=None, timeout_s=60.0) -> str:
+def _measure_local(function, args, feed=None, timeout_s=60.0,
+                   allow_side_effects=False) -> str:
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   extracted = extract.from_function(function, *args)
@@ -94,7 +161,7 @@ def _measure_local(function, args, feed=None, timeout_s=60.0) -> str:
   result = measure.measure(
       extracted, {node.name: cpu0 for node in extracted.graph_def.node},
       "local", example_args=feed or [], warmup=0, repeats=1,
-      timeout_s=timeout_s)
+      timeout_s=timeout_s, allow_side_effects=allow_side_effects)
   return f"valid={result.valid}: {result.reason}"
 
 
@@ -146,7 +213,8 @@ def _hung_kernel() -> str:
     return tf.py_function(sleep, [x], tf.float32) * 2.0
 
   started = time.monotonic()
-  line = _measure_local(step, [tf.ones([4])], timeout_s=0.3)
+  line = _measure_local(step, [tf.ones([4])], timeout_s=0.3,
+                        allow_side_effects=True)  # py_function
   return f"{line} after {time.monotonic() - started:.1f} s"
 
 
@@ -238,6 +306,40 @@ def cases() -> List[reliability_case.Case]:
           r"does not match graph 'tiny': 3 of its ops have no device "
           r"\(e\.g\. 'a', 'b', 'c'\), and the file places 2 ops the graph "
           r"lacks", lambda tmp: _placement_for(tmp, ["x", "../../etc/y"])),
+      # -- placement files given to `tf-gdp evaluate` --
+      _evaluate_case(
+          "evaluate_other_graph", "evaluate: placement file of another graph",
+          r"does not match graph 'tiny': 3 of its ops have no device",
+          lambda tmp: _placement_for(tmp, ["x", "y"])),
+      _evaluate_case(
+          "evaluate_unknown_device",
+          "evaluate: placement file naming GPU:7 on a 2-GPU topology",
+          r"placement\.json places ops on '.*device:GPU:7', which topology "
+          r"'t' does not have",
+          lambda tmp: _tiny_placement([reliability_case.gpus(8)[i]["name"]
+                                       for i in (0, 7, 0)])),
+      _evaluate_case(
+          "evaluate_missing_placement", "evaluate: no placement file",
+          r"placement\.json: no such placement file", None,
+          error=errors.InputError),
+      _evaluate_case(
+          "evaluate_topology_not_a_preset",
+          "evaluate without --devices, for a file made on topology 't'",
+          r"was made for topology 't', which is not a preset: pass --devices",
+          lambda tmp: _tiny_placement([reliability_case.gpus(1)[0]["name"]] *
+                                      3),
+          error=errors.InputError, with_devices=False),
+      # -- a graph whose step reaches outside it --
+      reliability_case.Case(
+          name="measure_side_effects",
+          given="measuring a step that writes a file (tf.io.write_file)",
+          expect=r"^the graph has ops that reach outside the step \(files, "
+          r"Python callbacks, the network\): WriteFile '[^']*'; not running "
+          r"it: pass --allow_side_effects \(allow_side_effects=True in "
+          r"Python\) to run them anyway$",
+          api=_side_effects_refused,
+          test="tests/test_reliability_inputs.py::"
+          "test_api[measure_side_effects]"),
       # -- measurements (the API returns an invalid Measurement) --
       _measure_case("measure_kernel_error",
                     "placed step whose check_numerics sees NaN",

@@ -18,6 +18,7 @@ from tf_gdp import fileio
 from tf_gdp import graph_specs
 from tf_gdp.bench import harness
 from tf_gdp.cli import graph_flags
+from tf_gdp.rl import cli_lib
 
 _GRAPHS = flags.DEFINE_string(
     "graphs", graph_specs.ZOO, "Comma-separated: 'zoo' (every benchmark model), zoo "
@@ -42,6 +43,7 @@ _REPEATS = flags.DEFINE_integer("measure_repeats", 5, "Timed steps per measureme
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for randomized methods.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write all rows and settings here.")
 _SIGNATURE = graph_flags.define_signature(__name__)
+_ALLOW_SIDE_EFFECTS = cli_lib.define_allow_side_effects(__name__)
 
 
 def main(argv):
@@ -54,7 +56,9 @@ def main(argv):
   options = {"hdp": {"budget": _HDP_BUDGET.value}}
   started = time.time()
   all_rows, tables = [], []
-  with harness.measurer_for(_MEASURE.value, repeats=_REPEATS.value) as measurer:
+  with harness.measurer_for(
+      _MEASURE.value, repeats=_REPEATS.value,
+      allow_side_effects=_ALLOW_SIDE_EFFECTS.value) as measurer:
     for devices in _DEVICES.value:
       rows = []
       for k, source in enumerate(graphs):

@@ -33,10 +33,7 @@ from tf_gdp.rl import workflows
 _POLICY = flags.DEFINE_string(
     "policy", None, "A saved policy directory (`<pretrain root>/policy`) or a "
     "training root directory.", required=True)
-_GRAPH = flags.DEFINE_string(
-    "graph", None, "The graph: a zoo model with knobs ('gnmt8', "
-    "'rnnlm2:batch=8'), a graph file (.json/.pb/.pbtxt, SavedModel dir) or a "
-    "generated graph ('layered:N', 'cells:N').", required=True)
+_GRAPH = graph_flags.define_graph(__name__)
 _DEVICES = flags.DEFINE_string(
     "devices", "p100x4", "Topology (preset or topology .json file).")
 _OUT = flags.DEFINE_string("out", None, "Write the placement file here.")

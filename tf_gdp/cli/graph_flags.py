@@ -1,4 +1,4 @@
-"""Flags that every command reading graphs defines the same way."""
+"""Flags that the commands reading graphs define the same way."""
 
 from absl import flags
 
@@ -8,4 +8,13 @@ def define_signature(module_name: str) -> flags.FlagHolder:
   return flags.DEFINE_string(
       "signature", None, "SavedModel signature to read (default: "
       "serving_default if the SavedModel has it, else its only signature).",
+      module_name=module_name)
+
+
+def define_graph(module_name: str) -> flags.FlagHolder:
+  """`--graph=SPEC`, one graph of any kind, required."""
+  return flags.DEFINE_string(
+      "graph", None, "The graph: a zoo model with knobs ('gnmt8', "
+      "'rnnlm2:batch=8'), a graph file (.json/.pb/.pbtxt, SavedModel dir) or "
+      "a generated graph ('layered:N', 'cells:N').", required=True,
       module_name=module_name)

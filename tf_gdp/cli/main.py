@@ -18,6 +18,9 @@ COMMANDS = {
     "place": ("tf_gdp.cli.place",
               "place graphs (files, globs, zoo models) with GDP or a baseline; "
               "one output folder each"),
+    "evaluate": ("tf_gdp.cli.evaluate",
+                 "the simulated step time, busy time and peak memory per "
+                 "device of a placement file (or a baseline) on a graph"),
     "measure": ("tf_gdp.cli.measure_placement",
                 "run a placed graph with the TF runtime (local, cpu-workers:K, "
                 "grpc://) and time it"),

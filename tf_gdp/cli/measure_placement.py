@@ -11,6 +11,9 @@ placement file is applied by op name, and the step runs on the target:
 processes started for the measurement) or a `grpc://host:port` cluster. The
 measured median is printed beside the simulator's prediction. A placement
 that fails to run (OOM, kernel error, timeout) is reported with exit code 2.
+Measuring runs the graph's ops: a graph with ops that reach outside the step
+(file writes and reads, py_function, network ops) is refused before anything
+runs unless --allow_side_effects is given.
 """
 
 from absl import flags
@@ -42,11 +45,13 @@ _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps (median).",
 _TIMEOUT = flags.DEFINE_float("timeout", 120.0, "Seconds a step may take.",
                               lower_bound=0.1)
 _SIGNATURE = graph_flags.define_signature(__name__)
+_ALLOW_SIDE_EFFECTS = cli_lib.define_allow_side_effects(__name__)
 
 
 def main(argv):
   del argv
   cli_lib.quiet_tensorflow_logs()
+  from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -58,6 +63,8 @@ def main(argv):
   if loaded.extracted is None:
     raise errors.InputError(
         f"{_GRAPH.value}: an op-graph JSON file has no TensorFlow graph to run")
+  side_effects.check(loaded.extracted.graph_def, what=_GRAPH.value,
+                     allow_side_effects=_ALLOW_SIDE_EFFECTS.value)
   # The prediction prices ops as `place` did: profiled when the devices are
   # here (the same cached profile), else the roofline.
   graph, costs = profiled_costs.profiled_graph(
@@ -72,7 +79,8 @@ def main(argv):
   cli_lib.progress(f"running {graph.name} ({graph.num_nodes:,} ops) on {target}")
   result = measure.measure(loaded.extracted, placement, target,
                            topology=topology, warmup=_WARMUP.value,
-                           repeats=_REPEATS.value, timeout_s=_TIMEOUT.value)
+                           repeats=_REPEATS.value, timeout_s=_TIMEOUT.value,
+                           allow_side_effects=_ALLOW_SIDE_EFFECTS.value)
   print(f"predicted {predicted.step_time_us / 1e3:,.2f} ms (simulated on "
         f"{topology.name}; ops priced: {_priced(costs)}; links "
         f"{topology_lib.link_source(topology)})")

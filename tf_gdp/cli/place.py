@@ -62,6 +62,7 @@ _CONFIRM = flags.DEFINE_bool(
     "confirm", True, "When the devices can be timed here (cpu-workers:K), "
     "measure the placement, the best compared baselines and one device "
     "(interleaved rounds) and keep the best measured median.")
+_ALLOW_SIDE_EFFECTS = cli_lib.define_allow_side_effects(__name__)
 _CALIBRATE = flags.DEFINE_bool(
     "calibrate", True, "cpu-workers:K: measure the links first if they never "
     "were on this machine (`tf-gdp calibrate`, saved for later runs).")
@@ -77,7 +78,7 @@ def main(argv):
       compare=[c for c in _COMPARE.value if c], pictures=_PICTURES.value,
       write_graph=_WRITE_GRAPH.value, signature=_SIGNATURE.value,
       profile=_PROFILE.value, calibrate=_CALIBRATE.value,
-      confirm=_CONFIRM.value,
+      confirm=_CONFIRM.value, allow_side_effects=_ALLOW_SIDE_EFFECTS.value,
       log=cli_lib.progress)
   print(place_batch.format_summary(outcomes, _DEVICES.value, _METHOD.value))
   failed = [o for o in outcomes if o.result is None]

@@ -2,8 +2,9 @@
 
 Only the chosen command's module is imported, so each calls
 `define_training_flags(__name__)` once at import; the flags are listed under
-that command's `--help`. The helpers below turn flag values into library
-objects.
+that command's `--help`. `--allow_side_effects` is defined here for every
+command that runs graphs (`measure` and `bench` too). The helpers below turn
+flag values into library objects.
 """
 
 import dataclasses
@@ -47,7 +48,8 @@ def train_config(*, samples: int, graphs_per_iteration: int,
 
 
 def env_options(*, backend: str, measure: Optional[str],
-                measure_repeats: int, devices) -> dict:
+                measure_repeats: int, devices,
+                allow_side_effects: bool = False) -> dict:
   """PlacementEnv keyword arguments for the reward backend flags."""
   if backend == "simulate":
     if measure:
@@ -63,7 +65,8 @@ def env_options(*, backend: str, measure: Optional[str],
         f"--measure={measure} must also be the --devices the graph is placed "
         "on")
   return {"backend": backend, "measure_target": measure,
-          "measure_repeats": measure_repeats}
+          "measure_repeats": measure_repeats,
+          "allow_side_effects": allow_side_effects}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,7 @@ class TrainingFlags:
   backend: Any
   measure: Any
   measure_repeats: Any
+  allow_side_effects: Any
   log_every: Any
   checkpoint_every: Any
 
@@ -104,7 +108,8 @@ class TrainingFlags:
   def env_options(self, devices) -> dict:
     return env_options(backend=self.backend.value, measure=self.measure.value,
                        measure_repeats=self.measure_repeats.value,
-                       devices=devices)
+                       devices=devices,
+                       allow_side_effects=self.allow_side_effects.value)
 
 
 def define_training_flags(module_name: str) -> TrainingFlags:
@@ -155,12 +160,23 @@ def define_training_flags(module_name: str) -> TrainingFlags:
       measure_repeats=flags.DEFINE_integer(
           "measure_repeats", 3, "Timed steps per measurement.",
           lower_bound=1, **own),
+      allow_side_effects=define_allow_side_effects(module_name),
       log_every=flags.DEFINE_float(
           "log_every", 10.0, "Seconds between progress lines.",
           lower_bound=0.0, **own),
       checkpoint_every=flags.DEFINE_float(
           "checkpoint_every", 60.0, "Seconds between checkpoints (0: every "
           "iteration).", lower_bound=0.0, **own))
+
+
+def define_allow_side_effects(module_name: str):
+  """`--allow_side_effects`, for a command that runs (profiles, measures) graphs."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  return flags.DEFINE_bool(
+      "allow_side_effects", False, "Run graphs even if they have ops that "
+      "reach outside the step (file writes and reads, py_function, network "
+      "ops); without it such a graph is refused before anything runs.",
+      module_name=module_name)
 
 
 def quiet_tensorflow_logs() -> None:

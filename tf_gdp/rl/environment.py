@@ -120,7 +120,7 @@ class PlacementEnv(py_environment.PyEnvironment):
                measure_confirm: int = 2,
                padding: Optional[dict] = None,
                reference_methods: Sequence[str] = rewards.REFERENCE_METHODS,
-               seed: int = 0):
+               seed: int = 0, allow_side_effects: bool = False):
     """Builds the environment; observations are built lazily per task.
 
     Args:
@@ -142,10 +142,13 @@ class PlacementEnv(py_environment.PyEnvironment):
         the largest task's sizes).
       reference_methods: baselines tried as the reward's reference.
       seed: seeds the task draws of `reset`.
+      allow_side_effects: measure and mix backends: run graphs with ops that
+        reach outside the step (`grappler_bridge.side_effects`).
 
     Raises:
       InputError: no tasks, an unknown backend, a measure backend without a
-        target or a task without its ExtractedGraph, or padding too small.
+        target, a task without its ExtractedGraph or (unless allowed) with
+        ops that reach outside the step, or padding too small.
     """
     super().__init__()
     if not tasks:
@@ -162,6 +165,11 @@ class PlacementEnv(py_environment.PyEnvironment):
             f"backend {backend!r} measures real runs, but task {missing[0]!r} "
             "has no TensorFlow graph (load it from a model or a graph file, "
             "not from op-graph JSON)")
+      from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
+      for task in tasks:
+        side_effects.check(task.extracted.graph_def, what=task.name,
+                           allow_side_effects=allow_side_effects)
+    self._allow_side_effects = bool(allow_side_effects)
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
       raise errors.InputError(f"task names must be unique, got {names}")
@@ -437,7 +445,8 @@ class PlacementEnv(py_environment.PyEnvironment):
     result = measure.measure(task.extracted, placement, self._target(),
                              topology=task.topology,
                              repeats=self._measure_repeats,
-                             warmup=self._measure_warmup)
+                             warmup=self._measure_warmup,
+                             allow_side_effects=self._allow_side_effects)
     self.measure_seconds += time.perf_counter() - started
     return result
 

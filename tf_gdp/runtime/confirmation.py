@@ -67,7 +67,7 @@ def target_for(topology: topology_lib.Topology) -> Optional[str]:
 
 def confirm(extracted, candidates: Sequence[Candidate], target: str, *,
             topology: topology_lib.Topology, rounds: int = DEFAULT_ROUNDS,
-            repeats: int = DEFAULT_REPEATS,
+            repeats: int = DEFAULT_REPEATS, allow_side_effects: bool = False,
             log: Callable[[str], None] = lambda line: None) -> Confirmation:
   """Measures every candidate `rounds` times, interleaved; the best wins.
 
@@ -87,7 +87,8 @@ def confirm(extracted, candidates: Sequence[Candidate], target: str, *,
       shift = round_index % len(candidates)
       for candidate in list(candidates[shift:]) + list(candidates[:shift]):
         found = measure.measure(extracted, candidate.placement, opened,
-                                topology=topology, warmup=1, repeats=repeats)
+                                topology=topology, warmup=1, repeats=repeats,
+                                allow_side_effects=allow_side_effects)
         if found.valid:
           runs[candidate.name].append(found.step_time_us)
         else:

@@ -37,6 +37,11 @@ remapping, ...) are off too (`graph_rewrites=False`), so the runtime neither
 moves nor fuses ops behind the placement's back (docs/BENCHMARKS.md compares
 step times with the rewrites on and off: within 3% on the benchmark graphs).
 
+Measuring runs the graph's ops, and a graph from a file is someone's code:
+one with ops that reach outside the step (file writes and reads, Python
+callbacks, network ops; `grappler_bridge.side_effects`) is refused with
+`InputError` before anything runs, unless `allow_side_effects=True`.
+
 Every runtime failure (an OOM, a failed kernel, a timeout, a dead worker, a
 device the target does not have, an illegal placement) comes back as
 `Measurement(valid=False, reason=...)`; only malformed arguments raise
@@ -58,6 +63,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
 from grappler_bridge import profiling  # pylint: disable=g-import-not-at-top
 from grappler_bridge import rewrite  # pylint: disable=g-import-not-at-top
+from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
 from tf_gdp import errors  # pylint: disable=g-import-not-at-top
 from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
 from tf_gdp.runtime import placed_session  # pylint: disable=g-import-not-at-top
@@ -104,7 +110,8 @@ def measure(extracted: extract.ExtractedGraph,
             repeats: int = 5,
             timeout_s: float = placed_session.DEFAULT_TIMEOUT_S,
             graph_rewrites: bool = False,
-            retries: int = DEFAULT_RETRIES) -> Measurement:
+            retries: int = DEFAULT_RETRIES,
+            allow_side_effects: bool = False) -> Measurement:
   """Runs the placed step on `target` and times it.
 
   Args:
@@ -128,13 +135,16 @@ def measure(extracted: extract.ExtractedGraph,
       what was placed).
     retries: on a cpu-workers target, how many times a run that failed
       because a worker died is repeated after restarting the dead workers.
+    allow_side_effects: run the graph even if it has ops that reach outside
+      the step (files, Python callbacks, network).
 
   Returns:
     A Measurement; runtime failures give valid=False with a reason.
 
   Raises:
     InputError: malformed arguments (a placement of the wrong length, an
-      unknown target, non-positive repeats...).
+      unknown target, non-positive repeats...), or a graph with ops that
+      reach outside the step without `allow_side_effects`.
   """
   _check_counts(warmup, repeats, timeout_s)
   if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -142,6 +152,8 @@ def measure(extracted: extract.ExtractedGraph,
   if not isinstance(extracted, extract.ExtractedGraph):
     raise errors.InputError(
         f"measure needs an ExtractedGraph, got {type(extracted).__name__}")
+  side_effects.check(extracted.graph_def,
+                     allow_side_effects=allow_side_effects)
   devices = _placement_dict(extracted, placement, topology)
   feeds = _arg_feeds(extracted, example_args)
   label = targets.target_label(target)
@@ -198,8 +210,8 @@ def profile_op_times(extracted: extract.ExtractedGraph,
                      example_args: Sequence[Any] = (),
                      warmup: int = 2,
                      repeats: int = 5,
-                     timeout_s: float = placed_session.DEFAULT_TIMEOUT_S
-                     ) -> Dict[str, float]:
+                     timeout_s: float = placed_session.DEFAULT_TIMEOUT_S,
+                     allow_side_effects: bool = False) -> Dict[str, float]:
   """Per-op times (us) of the whole graph run on one device of `target`.
 
   The same runtime `measure` uses (so on cpu-workers the ops run on a
@@ -216,15 +228,19 @@ def profile_op_times(extracted: extract.ExtractedGraph,
     warmup: untraced steps first.
     repeats: traced steps.
     timeout_s: limit of each step.
+    allow_side_effects: as for `measure`.
 
   Returns:
     Node name -> median microseconds, for the nodes the runtime reported.
 
   Raises:
-    InputError: malformed arguments.
+    InputError: malformed arguments, or ops that reach outside the step
+      without `allow_side_effects`.
     RuntimeError: the graph did not run (the reason is in the message).
   """
   _check_counts(warmup, repeats, timeout_s)
+  side_effects.check(extracted.graph_def,
+                     allow_side_effects=allow_side_effects)
   feeds = _arg_feeds(extracted, example_args)
   try:
     with targets.opened(target) as opened:

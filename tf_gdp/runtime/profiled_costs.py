@@ -27,6 +27,8 @@ from typing import Callable, Mapping, Optional, Tuple
 
 import numpy as np
 
+from grappler_bridge import side_effects
+
 from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp import graph_specs
@@ -69,6 +71,7 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
                    topology: topology_lib.Topology, *,
                    pinned: Optional[Mapping[str, str]] = None,
                    repeats: int = DEFAULT_REPEATS, use_cache: bool = True,
+                   allow_side_effects: bool = False,
                    log: Callable[[str], None] = lambda line: None
                    ) -> Tuple[op_graph.OpGraph, dict]:
   """`graph` priced by a profile on `topology`'s target, and what priced it.
@@ -77,7 +80,9 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
   `pinned` the pins it was costed with. The profile runs every op on the
   topology's first device and prices that device's kind. Returns `graph`
   unchanged, with the reason in the info, when the devices are not here,
-  there is no TensorFlow graph, or the graph does not run on the target.
+  there is no TensorFlow graph, the graph has ops that reach outside the
+  step (file writes, Python callbacks; profiled only with
+  `allow_side_effects`), or it does not run on the target.
   """
   target = target_for(topology)
   if target is None:
@@ -91,13 +96,20 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
   path = cache_path(graph, f"{target}:{first.name}")
   profile, cached = _read_cache(path) if use_cache else (None, False)
   if profile is None:
+    outside = side_effects.find(extracted.graph_def)
+    if outside and not allow_side_effects:
+      return graph, {"source": "roofline",
+                     "why": f"not profiled: it has ops that reach outside the "
+                            f"step ({', '.join(op for _, op in outside[:3])});"
+                            " --allow_side_effects profiles it"}
     log(f"  profiling {graph.name} on {target} ({repeats} steps)")
     started = time.perf_counter()
     from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
     try:
       profile = measure.profile_op_times(
           extracted, target, repeats=repeats,
-          device=first.name if target == targets.LOCAL else None)
+          device=first.name if target == targets.LOCAL else None,
+          allow_side_effects=allow_side_effects)
     except RuntimeError as e:
       return graph, {"source": "roofline", "why": errors.first_line(e)}
     _write_cache(path, profile, target, time.perf_counter() - started)
