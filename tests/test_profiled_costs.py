@@ -50,8 +50,7 @@ def test_a_profile_is_stored_times_the_device_speed(train_step_saved_model,
   names = list(loaded.graph.node_names)
   monkeypatch.setattr(
       "tf_gdp.runtime.measure.profile_op_times",
-      lambda extracted, target, repeats, device: {names[0]: 10.0,
-                                                  names[1]: 4.0})
+      lambda extracted, target, **kwargs: {names[0]: 10.0, names[1]: 4.0})
   fast = topology_lib.custom(
       base.name, [topology_lib.Device(d.name, d.kind, d.memory_bytes, 2.5)
                   for d in base.devices],

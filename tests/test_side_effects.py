@@ -192,3 +192,19 @@ def test_measure_cli_refuses_a_saved_model_that_writes_a_file(
   assert allowed.returncode == 0, allowed.stderr
   assert "measured" in allowed.stdout
   assert os.path.exists(target)
+
+
+def test_placing_never_runs_a_graph_that_writes_a_file(tmp_path, monkeypatch):
+  # gdp.place profiles and confirms on local devices by default: a step
+  # that writes a file is neither profiled nor run, and is still placed.
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path / "home"))  # no cached profile
+  if len(tf.config.list_logical_devices("CPU")) < 2:
+    pytest.skip("needs the 2 logical CPU devices tests/conftest.py configures")
+  path = str(tmp_path / "written.txt")
+  placed = gdp.place(_writing_step(path), tf.ones([4, 4]),
+                     devices="local-cpus:2", method="round_robin", compare=())
+  report = placed.report()
+  assert not os.path.exists(path)
+  assert report["costs"]["source"] == "roofline"
+  assert "reach outside the step" in report["costs"]["why"]
+  assert "WriteFile" in report["costs"]["why"]

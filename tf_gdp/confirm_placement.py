@@ -13,8 +13,6 @@ the report says the times are predicted only.
 import dataclasses
 from typing import Callable
 
-from grappler_bridge import side_effects
-
 from tf_gdp import placing
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -46,6 +44,7 @@ def confirm(result: placing.PlaceResult, graph: op_graph.OpGraph,
             if topology.name.startswith(topology_lib.LOCAL_CPUS)
             else f"{topology.name} is not attached here: predicted only")
     return _noted(result, {"measured": False, "note": note})
+  from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
   outside = side_effects.find(extracted.graph_def)
   if outside and not allow_side_effects:
     return _noted(result, {
