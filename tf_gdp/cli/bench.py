@@ -7,6 +7,7 @@ Examples:
       --measure=cpu-workers:2
 """
 
+import dataclasses
 import json
 import sys
 import time
@@ -18,6 +19,7 @@ from tf_gdp import fileio
 from tf_gdp import graph_specs
 from tf_gdp.bench import harness
 from tf_gdp.cli import graph_flags
+from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
 
 _GRAPHS = flags.DEFINE_string(
@@ -44,6 +46,24 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed for randomized methods.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write all rows and settings here.")
 _SIGNATURE = graph_flags.define_signature(__name__)
 _ALLOW_SIDE_EFFECTS = cli_lib.define_allow_side_effects(__name__)
+_PROFILE = flags.DEFINE_bool(
+    "profile", True, "When a --devices topology is here (local-cpus:K, "
+    "cpu-workers:K), price a TensorFlow graph's ops by a profile on it (a few "
+    "steps, cached) for every method alike; --noprofile: the roofline.")
+
+
+def _profiled(loaded, devices: str):
+  """`loaded` priced by a profile on `devices` when they are here."""
+  from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
+  graph, costs = profiled_costs.profiled_graph(
+      loaded.graph, loaded.extracted, topology_lib.get(devices),
+      allow_side_effects=_ALLOW_SIDE_EFFECTS.value,
+      log=harness.stderr_progress)
+  if costs["source"] == "profiled":
+    harness.stderr_progress(
+        f"  costs: {costs['profiled_ops']} ops profiled on {costs['target']}, "
+        f"{costs['roofline_ops']} roofline")
+  return dataclasses.replace(loaded, graph=graph)
 
 
 def main(argv):
@@ -66,6 +86,8 @@ def main(argv):
             f"[{devices}] graph {k + 1}/{len(graphs)}: {source.label} "
             f"(elapsed {time.time() - started:.0f} s)")
         loaded = source.load(devices)
+        if _PROFILE.value:
+          loaded = _profiled(loaded, devices)
         rows += harness.bench_graph(
             loaded, source.label, devices, methods, seed=_SEED.value,
             method_options=options,
