@@ -181,10 +181,11 @@ def define_robust_objective(module_name: str):
   """The --robust_objective flag (training flags and `tf-gdp place`)."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   return flags.DEFINE_bool(
-      "robust_objective", False, "Fine-tune on the median step time over "
-      "perturbed cost models (op times, launch overhead, link speeds; "
-      "tf_gdp.cost.ensemble) instead of the nominal cost model. Simulate "
-      "backend only.", module_name=module_name)
+      "robust_objective", False, "GDP fine-tuning (a budget in seconds) "
+      "optimises the median step time over --robust_members perturbed cost "
+      "models (op times, launch overhead, link speeds; tf_gdp.cost.ensemble) "
+      "instead of the nominal cost model. Simulate backend only.",
+      module_name=module_name)
 
 
 def quiet_tensorflow_logs() -> None:
