@@ -92,3 +92,19 @@ def test_quality_summary_judges_gdp_against_the_best_baseline_and_expert():
                            "gdp_evaluations": None, "ratio": None})
       for r in [result("a", 80.0, 100.0, 90.0),
                 result("b", 120.0, 100.0, 110.0)]])
+
+
+def test_robustness_check_judges_every_method_under_the_ensemble():
+  from tf_gdp.bench import robustness_check  # pylint: disable=g-import-not-at-top
+  result = robustness_check.run(
+      "layered:120", "p100x2", ["single_device", "round_robin"], members=3,
+      finetune_seconds=0.0, samples=2, seed=0, log=lambda line: None)
+  rows = {r["method"]: r for r in result["graphs"][0]["rows"]}
+  assert set(rows) == {"single_device", "round_robin", "gdp_zero_shot"}
+  assert rows["single_device"]["median_ratio"] == 1.0
+  assert rows["single_device"]["nominal_ratio"] == 1.0
+  for row in rows.values():
+    assert row["members"] == 3 and row["worst_ratio"] >= row["median_ratio"]
+  assert "gdp_zero_shot" in robustness_check.format_table(result)
+  json.dumps(result)
+

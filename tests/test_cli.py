@@ -60,10 +60,13 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
        "unknown model"),
       (["export-graph", "--model=gnmt", "--devices=tpu9000",
         f"--out={tmp_path / 'y.json'}"], "unknown devices 'tpu9000'"),
+      (["place", f"--graphs={cyclic}", "--method=metis", "--robust_objective",
+        f"--out={tmp_path / 'z'}"], "robust objective steers gdp"),
   ]
   for args, message in cases:
     _assert_bad_input(_cli(*args), message)
-  assert not [p for p in os.listdir(tmp_path) if p.startswith(("x.", "y.", ".tmp"))]
+  assert not [p for p in os.listdir(tmp_path)
+              if p.startswith(("x.", "y.", "z", ".tmp"))]
 
 
 def test_inspect_json_prints_counts(tmp_path):

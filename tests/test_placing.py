@@ -52,6 +52,31 @@ def test_baseline_result_is_judged_and_compared(graph, topology):
   json.dumps(report)  # JSON-able
 
 
+def test_a_preset_report_judges_robustness_to_cost_model_error(graph,
+                                                               topology):
+  result = placing.place(graph, topology, "metis",
+                         compare=("single_device", "round_robin"),
+                         robust_members=4)
+  robust = result.report()["robustness"]
+  assert robust["members"] == 4
+  assert robust["worst_ratio"] >= robust["median_ratio"] > 0
+  assert robust["median_step_time_us"] > 0
+  single = result.compared["single_device"]["robustness"]
+  assert single["median_ratio"] == single["worst_ratio"] == 1.0
+  assert result.compared["round_robin"]["robustness"]["members"] == 4
+  json.dumps(result.report())
+  off = placing.place(graph, topology, "metis", compare=("single_device",),
+                      robust_members=0)
+  assert off.report()["robustness"] is None
+  assert "robustness" not in off.compared["single_device"]
+  # Attached devices are measured, not judged by an ensemble.
+  local = placing.place(graph, topology_lib.get("local-cpus:2"), "round_robin",
+                        compare=())
+  assert local.robustness is None
+  with pytest.raises(errors.InputError, match="robust objective"):
+    placing.place(graph, topology, "metis", robust_objective=True)
+
+
 def test_bad_method_budget_and_missing_policy(graph, topology, tmp_path):
   with pytest.raises(errors.InputError, match="unknown method 'magic'"):
     placing.place(graph, topology, "magic")
@@ -79,6 +104,15 @@ def test_gdp_fine_tune_never_returns_worse_than_zero_shot(graph, topology,
   assert result.details["mode"] == "fine-tune"
   assert result.details["finetune_iterations"] >= 1
   assert result.step_time_us <= result.details["zero_shot_step_time_us"] + 1e-6
+
+
+def test_gdp_fine_tune_can_optimise_the_ensemble_median(graph, topology,
+                                                        tiny_policy):
+  result = placing.place(graph, topology, "gdp", policy=tiny_policy,
+                         budget_seconds=3.0, samples=4, compare=(),
+                         robust_members=3, robust_objective=True)
+  assert result.details["finetune_objective"] == "ensemble_median"
+  assert result.robustness["members"] == 3
 
 
 def test_placement_file_round_trip_and_mismatches(graph, topology, tmp_path):
@@ -170,7 +204,8 @@ def test_cli_places_a_glob_and_reports_the_bad_file(graph, tmp_path):
   result = subprocess.run(
       [sys.executable, "-m", "tf_gdp", "place",
        f"--graphs={tmp_path}/*.json", "--devices=p100x2", "--method=metis",
-       "--nopictures", "--compare=single_device", f"--out={out}"],
+       "--nopictures", "--compare=single_device", "--robust_members=3",
+       f"--out={out}"],
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), text=True,
       capture_output=True, timeout=300, check=False)
   assert result.returncode == 2, result.stderr
@@ -180,6 +215,9 @@ def test_cli_places_a_glob_and_reports_the_bad_file(graph, tmp_path):
   assert "Traceback" not in result.stderr
   document = json.loads((out / "good.json" / "placement.json").read_text())
   assert len(document["placement"]) == graph.num_nodes
+  report = json.loads((out / "good.json" / "report.json").read_text())
+  assert report["robustness"]["members"] == 3
+  assert report["compared"]["single_device"]["robustness"]["worst_ratio"] == 1
 
 
 def test_cli_measure_runs_a_placement_file_and_refuses_json(graph, tmp_path):

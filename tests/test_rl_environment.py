@@ -1,12 +1,13 @@
 """The placement bandit: specs, rewards, references, batches, best, backends."""
 
+import dataclasses
 import types
 
 import numpy as np
 import pytest
 
 # tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it (see
-# environment._rebind_keras_2).
+# tf_gdp.rl.tf_agents_import).
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
 from rl_graphs import GIB, gpus, two_chains  # tests/ helper
 from tf_gdp.rl import observations
@@ -16,6 +17,7 @@ from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp.runtime import measure as measure_lib
+from tf_gdp.cost import ensemble
 from tf_gdp.cost import simulator
 from tf_gdp.policy import features
 from tf_agents.environments import utils as env_utils
@@ -139,6 +141,38 @@ def test_bad_arguments():
     environment.PlacementEnv([task], backend="measure", measure_target="local")
   with pytest.raises(errors.InputError, match="unique"):
     environment.PlacementEnv([task, task])
+  with pytest.raises(errors.InputError, match="simulate backend"):
+    environment.PlacementEnv([task], backend="mix", measure_target="local",
+                             robust_members=3)
+
+
+def test_the_robust_objective_rewards_the_median_over_members():
+  graph, topology = two_chains(), gpus()
+  task = environment.PlacementTask(graph, topology)
+  env = environment.PlacementEnv([task], robust_members=5)
+  actions = np.random.default_rng(1).integers(0, 2, (8, 8)).astype(np.int32)
+  evaluation = env.evaluate(0, actions)
+  members = ensemble.Ensemble(graph, topology, members=5,
+                              seed=ensemble.OBJECTIVE_SEED)
+  medians = np.median(members.step_times(evaluation.placements), axis=0)
+  reference = np.median(members.step_times(env.reference(0).placement[None]))
+  np.testing.assert_allclose(evaluation.reward, np.log(reference / medians),
+                             rtol=1e-5)
+  nominal = simulator.simulate_batch(graph, evaluation.placements, topology)
+  np.testing.assert_allclose(evaluation.step_time_us, nominal.step_time_us)
+  plain = environment.PlacementEnv([task]).evaluate(0, actions)
+  assert not np.allclose(plain.reward, evaluation.reward)
+  # The best is the lowest median; its step time stays the nominal one.
+  chosen = int(np.argmin(medians))
+  best = env.best(0)
+  np.testing.assert_array_equal(best.placement, evaluation.placements[chosen])
+  assert best.step_time_us == pytest.approx(nominal.step_time_us[chosen])
+  assert env.best_reward(0) == pytest.approx(
+      np.log(reference / medians[chosen]), rel=1e-5)
+  restored = dataclasses.replace(best)  # e.g. from a checkpoint
+  env.set_best(0, restored)
+  assert env.best_reward(0) == pytest.approx(
+      np.log(reference / medians[chosen]), rel=1e-5)
 
 
 def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch):

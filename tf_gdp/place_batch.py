@@ -4,7 +4,8 @@ For each graph of a `--graphs` spec (zoo names, files, globs, generated
 graphs; see `tf_gdp.graph_specs`):
 
   <out>/<graph>/placement.json   op name -> device (`tf_gdp.placement_file`)
-  <out>/<graph>/report.json      step time, baselines, bound, memory
+  <out>/<graph>/report.json      step time, baselines, bound, memory,
+                                 robustness (on a preset)
   <out>/<graph>/gantt.png        simulated schedule (when pictures are on)
   <out>/<graph>/devices.png      per-device busy time and memory
   <out>/<graph>/placed_graph.pb  the MetaGraphDef with the devices written
@@ -54,11 +55,13 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                signature: Optional[str] = None, profile: bool = True,
                calibrate: bool = True, confirm: bool = True,
                allow_side_effects: bool = False,
-               log: Callable[[str], None] = lambda line: None
-               ) -> List[Outcome]:
+               log: Callable[[str], None] = lambda line: None,
+               robust_members: int = placing.ROBUST_MEMBERS,
+               robust_objective: bool = False) -> List[Outcome]:
   """Places every graph of `spec` on `devices`; writes under `out_dir`.
 
-  `signature` names the signature of the SavedModels in `spec`. With
+  `signature` names the signature of the SavedModels in `spec`;
+  `robust_members` and `robust_objective` are `placing.place`'s. With
   `profile`, a TensorFlow graph whose devices are here (`local-cpus:K`,
   `cpu-workers:K`) is priced by a profile on them (`runtime.profiled_costs`);
   with `calibrate`, a cpu-workers:K topology whose links were never measured
@@ -72,6 +75,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
     raise errors.InputError(f"unknown method {method!r}; choose from "
                             f"{', '.join(placing.method_names())}")
   placing.check_compare(compare)
+  if robust_objective:
+    placing.check_robust_objective(method, budget_seconds, robust_members)
   if method == placing.GDP:
     placing.check_policy(policy)
   topology = topology_lib.get(devices)
@@ -102,7 +107,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
       result = placing.place(
           loaded.graph, topology, method, budget_seconds=budget_seconds,
           policy=policy, samples=samples, seed=seed, compare=compare,
-          extracted=loaded.extracted, log=log)
+          extracted=loaded.extracted, log=log, robust_members=robust_members,
+          robust_objective=robust_objective)
       if confirm:
         result = confirm_placement.confirm(
             result, loaded.graph, topology, loaded.extracted, seed=seed,

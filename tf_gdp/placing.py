@@ -29,6 +29,7 @@ from grappler_bridge import errors as grappler_errors
 
 from tf_gdp import errors
 from tf_gdp import placement_file
+from tf_gdp.cost import ensemble
 from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
@@ -40,6 +41,8 @@ PRETRAINED_POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                  "pretrained", "policy")
 # Cheap baselines every report lists next to the chosen method.
 DEFAULT_COMPARE = ("single_device", "human_expert", "metis", "m_etf")
+# Perturbed cost models a preset's report judges placements under (0: none).
+ROBUST_MEMBERS = ensemble.DEFAULT_MEMBERS
 
 
 @dataclasses.dataclass
@@ -57,8 +60,11 @@ class PlaceResult:
     peak_memory_bytes, busy_us: per device.
     transfer_bytes: bytes moved between devices per step.
     lower_bound_us: the communication-free bound for this graph+topology.
-    compared: method -> {step_time_us, valid, search_seconds} of baselines.
+    compared: method -> {step_time_us, valid, search_seconds} of baselines
+      (and their "robustness", when judged).
     details: method specifics (gdp: mode, zero-shot figures, iterations).
+    robustness: on a preset, the summary of the placement under perturbed
+      cost models (`robust_judge`); None elsewhere or when switched off.
   """
   graph_name: str
   topology_name: str
@@ -76,6 +82,7 @@ class PlaceResult:
   lower_bound_us: float
   compared: Dict[str, dict] = dataclasses.field(default_factory=dict)
   details: dict = dataclasses.field(default_factory=dict)
+  robustness: Optional[dict] = None
 
   def device_map(self, graph: op_graph.OpGraph) -> Dict[str, str]:
     """op name -> device name."""
@@ -95,6 +102,7 @@ class PlaceResult:
         "transfer_bytes": int(self.transfer_bytes),
         "lower_bound_us": self.lower_bound_us,
         "compared": self.compared, "details": self.details,
+        "robustness": self.robustness,
     }
 
 
@@ -107,8 +115,9 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
           method: str = GDP, *, budget_seconds: float = 0.0,
           policy: Optional[str] = None, samples: int = 16, seed: int = 0,
           compare: Sequence[str] = DEFAULT_COMPARE,
-          extracted=None, log: Optional[Callable[[str], None]] = None
-          ) -> PlaceResult:
+          extracted=None, log: Optional[Callable[[str], None]] = None,
+          robust_members: int = ROBUST_MEMBERS,
+          robust_objective: bool = False) -> PlaceResult:
   """Places `graph` on `topology` with `method`; InputError on bad input.
 
   Args:
@@ -122,6 +131,10 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     compare: baselines to evaluate beside the method for the report.
     extracted: the graph's MetaGraphDef, when it came from TensorFlow.
     log: progress line sink for fine-tuning.
+    robust_members: on a preset, judge the placements also under this many
+      perturbed cost models (`robust_judge`; 0: not).
+    robust_objective: gdp with a budget: fine-tune on the median step time
+      over `robust_members` perturbed cost models, not the nominal one.
   """
   if method not in method_names():
     raise errors.InputError(
@@ -129,12 +142,15 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   if budget_seconds < 0:
     raise errors.InputError("budget_seconds must be >= 0")
   check_compare(compare)
+  if robust_objective:
+    check_robust_objective(method, budget_seconds, robust_members)
   from tf_gdp.cost import feasibility  # pylint: disable=g-import-not-at-top
   feasibility.check_feasible(graph, topology)  # InfeasibleError with numbers
   if method == GDP:
     placement, seconds, evaluations, details = _place_gdp(
         graph, topology, budget_seconds=budget_seconds, policy=policy,
-        samples=samples, seed=seed, extracted=extracted, log=log)
+        samples=samples, seed=seed, extracted=extracted, log=log,
+        robust_members=robust_members if robust_objective else 0)
   else:
     from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
     found = baselines.run(method, graph, topology, seed=seed)
@@ -142,7 +158,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     evaluations, details = found.evaluations, _jsonable(found.info)
   return judge(graph, topology, method, placement, search_seconds=seconds,
                evaluations=evaluations, details=details, compare=compare,
-               seed=seed)
+               seed=seed, robust_members=robust_members)
 
 
 def check_compare(compare: Sequence[str]) -> None:
@@ -152,6 +168,15 @@ def check_compare(compare: Sequence[str]) -> None:
     if name not in baselines:
       raise errors.InputError(f"cannot compare with {name!r}: not a baseline; "
                               f"choose from {', '.join(baselines)}")
+
+
+def check_robust_objective(method: str, budget_seconds: float,
+                           robust_members: int) -> None:
+  """InputError unless the robust objective has something to steer."""
+  if method != GDP or budget_seconds <= 0 or robust_members <= 0:
+    raise errors.InputError(
+        "the robust objective steers gdp's fine-tuning: it needs method gdp, "
+        "budget_seconds > 0 and robust_members > 0")
 
 
 def check_policy(policy: Optional[str] = None) -> str:
@@ -171,8 +196,13 @@ def check_policy(policy: Optional[str] = None) -> str:
 
 
 def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
-               extracted, log):
-  """(placement, seconds, evaluations, details) from the learned policy."""
+               extracted, log, robust_members=0):
+  """(placement, seconds, evaluations, details) from the learned policy.
+
+  With `robust_members`, fine-tuning's objective is the median step time
+  over that many perturbed cost models, and so is the choice between the
+  zero-shot and the fine-tuned placement.
+  """
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
@@ -191,7 +221,9 @@ def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
   if budget_seconds > 0:
     config = train_config.TrainConfig(
         graphs_per_iteration=1, samples_per_graph=max(samples, 2), seed=seed,
-        log_every_seconds=30.0, checkpoint_every_seconds=1e9)
+        log_every_seconds=30.0, checkpoint_every_seconds=1e9,
+        robust_objective=robust_members > 0,
+        robust_members=robust_members or ensemble.DEFAULT_MEMBERS)
     tuned = workflows.finetune(
         policy_path, task, budget=train_config.Budget(seconds=budget_seconds),
         config=config, log=log or (lambda line: None))
@@ -200,8 +232,15 @@ def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
     details.update(mode="fine-tune", finetune_iterations=tuned.iterations,
                    finetune_seconds=tuned.seconds,
                    finetune_step_time_us=(best.step_time_us if best else None))
-    if best is not None and (best.step_time_us < shot.step_time_us or
-                             not shot.valid):
+    tuned_us, shot_us = (best.step_time_us if best else None,
+                         shot.step_time_us)
+    if best is not None and robust_members:
+      details.update(finetune_objective="ensemble_median")
+      objective = ensemble.Ensemble(graph, topology, members=robust_members,
+                                    seed=ensemble.OBJECTIVE_SEED)
+      tuned_us, shot_us = np.median(objective.step_times(
+          np.stack([best.placement, shot.placement])), axis=0)
+    if best is not None and (tuned_us < shot_us or not shot.valid):
       placement = best.placement
   return (np.asarray(placement, np.int32), time.perf_counter() - started,
           evaluations, details)
@@ -210,7 +249,8 @@ def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
 def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
           method: str, placement, *, search_seconds: float = 0.0,
           evaluations: int = 0, details: Optional[dict] = None,
-          compare: Sequence[str] = (), seed: int = 0) -> PlaceResult:
+          compare: Sequence[str] = (), seed: int = 0,
+          robust_members: int = ROBUST_MEMBERS) -> PlaceResult:
   """A placement's `PlaceResult`: simulated, bounded, beside baselines.
 
   Every result is judged here, whether `place` searched for it or it was
@@ -225,6 +265,8 @@ def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     compare: baselines run and simulated beside it (`method` itself is
       skipped); one that cannot run reports its error.
     seed: seeds the randomized baselines.
+    robust_members: on a preset, perturbed cost models the placement and
+      the baselines are judged under too (`robust_judge`; 0: none).
   """
   sim = simulator.simulate(graph, placement, topology)
   result = PlaceResult(
@@ -237,21 +279,54 @@ def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
       busy_us=sim.device_busy_us.tolist(), transfer_bytes=sim.transfer_bytes,
       lower_bound_us=float(lower_bound_lib.lower_bound(graph, topology)),
       details=dict(details or {}))
+  robust = robust_judge(graph, topology, robust_members)
   for name in compare:
     if name != method:
-      result.compared[name] = _baseline_summary(name, graph, topology, seed)
+      result.compared[name] = _baseline_summary(name, graph, topology, seed,
+                                                robust)
+  if robust is not None:
+    result.robustness = robust(result.placement)
   return result
 
 
-def _baseline_summary(name, graph, topology, seed) -> dict:
+def robust_judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
+                 members: int = ROBUST_MEMBERS
+                 ) -> Optional[Callable[[np.ndarray], dict]]:
+  """On a preset, placement -> its robustness summary; else None.
+
+  A preset has no hardware attached, so every step time is the cost
+  model's guess: a placement is also judged under `members` perturbed cost
+  models (`tf_gdp.cost.ensemble`, seeded by `ensemble.REPORT_SEED`, so
+  reports compare), against the single-device placement under the same
+  member. The summary (`ensemble.Robustness.summary`) gives the median and
+  worst-case ratio to one device; when no single device holds the graph
+  it gives the error instead.
+  """
+  if members <= 0 or topology.name not in topology_lib.preset_names():
+    return None
+  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+  try:
+    single = baselines.run("single_device", graph, topology).placement
+  except errors.InputError as e:
+    error = {"members": members, "error": grappler_errors.first_line(e)}
+    return lambda placement: dict(error)
+  judged = ensemble.Ensemble(graph, topology, members=members,
+                             seed=ensemble.REPORT_SEED)
+  return lambda placement: judged.judge(placement, single).summary()
+
+
+def _baseline_summary(name, graph, topology, seed, robust=None) -> dict:
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   try:
     found = baselines.run(name, graph, topology, seed=seed)
   except errors.InputError as e:  # e.g. no expert rules for this graph
     return {"error": grappler_errors.first_line(e)}
   sim = simulator.simulate(graph, found.placement, topology)
-  return {"step_time_us": sim.step_time_us, "valid": sim.valid,
-          "search_seconds": found.search_seconds}
+  summary = {"step_time_us": sim.step_time_us, "valid": sim.valid,
+             "search_seconds": found.search_seconds}
+  if robust is not None:
+    summary["robustness"] = robust(found.placement)
+  return summary
 
 
 def _jsonable(info: dict) -> dict:

@@ -1,9 +1,10 @@
 """Benchmark scripts: each prints a table and writes JSON.
 
 Run one with `python -m tf_gdp.bench.<name>`: placement quality of the
-baselines and GDP, GDP on real step times, the simulator's speed and its
-agreement with Grappler and with measured step and transfer times, and the
-speed of training iterations and policy forward passes. Their results and the
+baselines and GDP and its robustness to cost-model error, GDP on real step
+times, the simulator's speed and its agreement with Grappler and with
+measured step and transfer times, and the speed of training iterations and
+policy forward passes. Their results and the
 exact commands are in docs/BENCHMARKS.md; `reliability_check` runs the cases
 of docs/RELIABILITY.md instead.
 """

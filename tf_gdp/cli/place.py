@@ -7,7 +7,8 @@ Examples:
 
 Each graph gets `<out>/<graph>/placement.json` (op name -> device),
 `report.json` (step time, the compared baselines, the lower bound, memory
-per device), `gantt.png` and `devices.png`; with --write_graph also
+per device and, on a preset, the robustness to cost-model error),
+`gantt.png` and `devices.png`; with --write_graph also
 `placed_graph.pb`, the MetaGraphDef with the devices written. A graph that
 fails is reported and skipped; the exit code is then 2, the others' results
 are kept.
@@ -53,6 +54,12 @@ _PICTURES = flags.DEFINE_bool("pictures", True, "Write gantt.png and "
                               "devices.png per graph.")
 _WRITE_GRAPH = flags.DEFINE_bool(
     "write_graph", False, "Also write placed_graph.pb (TensorFlow graphs only).")
+_ROBUST_MEMBERS = flags.DEFINE_integer(
+    "robust_members", placing.ROBUST_MEMBERS, "On a preset (no hardware "
+    "attached), also judge each placement under this many perturbed cost "
+    "models (the nominal one included): report.json's 'robustness' gives the "
+    "median and worst-case ratio to one device (0: off).", lower_bound=0)
+_ROBUST_OBJECTIVE = cli_lib.define_robust_objective(__name__)
 _SIGNATURE = graph_flags.define_signature(__name__)
 _PROFILE = flags.DEFINE_bool(
     "profile", True, "When the devices are here (local-cpus:K, cpu-workers:K),"
@@ -79,7 +86,8 @@ def main(argv):
       write_graph=_WRITE_GRAPH.value, signature=_SIGNATURE.value,
       profile=_PROFILE.value, calibrate=_CALIBRATE.value,
       confirm=_CONFIRM.value, allow_side_effects=_ALLOW_SIDE_EFFECTS.value,
-      log=cli_lib.progress)
+      log=cli_lib.progress, robust_members=_ROBUST_MEMBERS.value,
+      robust_objective=_ROBUST_OBJECTIVE.value)
   print(place_batch.format_summary(outcomes, _DEVICES.value, _METHOD.value))
   failed = [o for o in outcomes if o.result is None]
   if failed:

@@ -1,4 +1,4 @@
-"""The TF-free cost model: topologies, the simulator, lower bound, feasibility."""
+"""The TF-free cost model: topologies, simulator, ensembles, bound, feasibility."""
 
 from grappler_bridge import package_api as _package_api
 
@@ -6,5 +6,5 @@ __all__ = []
 
 _package_api.install(
     globals(),
-    modules=("device_names", "feasibility", "lower_bound", "presets", "simulator",
-             "simulator_reference", "topology"))
+    modules=("device_names", "ensemble", "feasibility", "lower_bound",
+             "presets", "simulator", "simulator_reference", "topology"))

@@ -145,6 +145,30 @@ class OpGraph:
   def total_cost(self, kind: str) -> float:
     return float(self.costs[kind].sum())
 
+  def with_costs(self, costs: Mapping[str, Sequence[float]]) -> "OpGraph":
+    """A copy pricing the same ops with other costs (the same device kinds).
+
+    Cheap: the structure is shared, not validated again, and its cached
+    topological order, node index and group ids carry over. Raises
+    GraphFormatError when the kinds differ or a column is malformed.
+    """
+    if set(costs) != set(self.costs):
+      raise errors.GraphFormatError(
+          f"cost kinds {sorted(costs)} differ from the graph's "
+          f"{sorted(self.costs)}")
+    columns = {kind: _float_array(values, f"cost[{kind}]")
+               for kind, values in sorted(costs.items())}
+    for kind, values in columns.items():
+      if values.shape != (self.num_nodes,):
+        raise errors.GraphFormatError(
+            f"cost[{kind}] must have one entry per node")
+    copy = dataclasses.replace(self, costs=columns,
+                               metadata=dict(self.metadata))
+    for name in ("node_index", "topo_order", "group_ids"):
+      if name in self.__dict__:  # functools.cached_property's store
+        copy.__dict__[name] = self.__dict__[name]
+    return copy
+
   # ---- validation ----------------------------------------------------------
 
   def _validate(self):

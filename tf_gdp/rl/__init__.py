@@ -14,7 +14,9 @@ training loop and checkpoints), `train_config` (its settings and budgets),
 entropy floor), `run_dir` (a training root directory and its lock),
 `policy_io` (policies on disk), `workflows` (pretrain / finetune /
 zeroshot), `tasks` (placement tasks from graph specs), `outputs` (best placements:
-placement files and checkpoint records).
+placement files and checkpoint records), `robust_objective` (rewards by the
+median over perturbed cost models), `tf_agents_import` (tf-agents imported
+quietly).
 Importing this package imports TensorFlow.
 """
 

@@ -13,6 +13,7 @@ import sys
 from typing import Any, Optional
 
 from tf_gdp import errors
+from tf_gdp.cost import ensemble
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import exploration
 from tf_gdp.rl import ppo
@@ -36,13 +37,16 @@ def train_config(*, samples: int, graphs_per_iteration: int,
                  checkpoint_every_seconds: float,
                  pipeline_exploration: float = (
                      exploration.PIPELINE_EXPLORATION),
-                 refloor_after: int = exploration.REFLOOR_AFTER
+                 refloor_after: int = exploration.REFLOOR_AFTER,
+                 robust_objective: bool = False,
+                 robust_members: int = ensemble.DEFAULT_MEMBERS
                  ) -> train_config_lib.TrainConfig:
   return train_config_lib.TrainConfig(
       samples_per_graph=samples, graphs_per_iteration=graphs_per_iteration,
       seed=seed, log_every_seconds=log_every_seconds,
       checkpoint_every_seconds=checkpoint_every_seconds,
       pipeline_exploration=pipeline_exploration, refloor_after=refloor_after,
+      robust_objective=robust_objective, robust_members=robust_members,
       ppo=ppo.PpoConfig(learning_rate=learning_rate, num_epochs=epochs,
                         entropy_regularization=entropy, ratio=ratio))
 
@@ -88,6 +92,8 @@ class TrainingFlags:
   allow_side_effects: Any
   log_every: Any
   checkpoint_every: Any
+  robust_objective: Any
+  robust_members: Any
 
   def budget(self) -> train_config_lib.Budget:
     return budget(seconds=self.budget_seconds.value,
@@ -103,7 +109,9 @@ class TrainingFlags:
         log_every_seconds=self.log_every.value,
         checkpoint_every_seconds=self.checkpoint_every.value,
         pipeline_exploration=self.pipeline_exploration.value,
-        refloor_after=self.refloor_after.value)
+        refloor_after=self.refloor_after.value,
+        robust_objective=self.robust_objective.value,
+        robust_members=self.robust_members.value)
 
   def env_options(self, devices) -> dict:
     return env_options(backend=self.backend.value, measure=self.measure.value,
@@ -166,7 +174,24 @@ def define_training_flags(module_name: str) -> TrainingFlags:
           lower_bound=0.0, **own),
       checkpoint_every=flags.DEFINE_float(
           "checkpoint_every", 60.0, "Seconds between checkpoints (0: every "
-          "iteration).", lower_bound=0.0, **own))
+          "iteration).", lower_bound=0.0, **own),
+      robust_objective=define_robust_objective(**own),
+      robust_members=flags.DEFINE_integer(
+          "robust_members", ensemble.DEFAULT_MEMBERS, "With "
+          "--robust_objective: perturbed cost models (the nominal one "
+          "included) whose median step time is the reward.", lower_bound=1,
+          **own))
+
+
+def define_robust_objective(module_name: str):
+  """The --robust_objective flag (training flags and `tf-gdp place`)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  return flags.DEFINE_bool(
+      "robust_objective", False, "GDP fine-tuning (a budget in seconds) "
+      "optimises the median step time over --robust_members perturbed cost "
+      "models (op times, launch overhead, link speeds; tf_gdp.cost.ensemble) "
+      "instead of the nominal cost model. Simulate backend only.",
+      module_name=module_name)
 
 
 def define_allow_side_effects(module_name: str):

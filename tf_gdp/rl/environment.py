@@ -8,7 +8,9 @@ per group, padding ignored); `step` prices the placement and ends the episode.
 The reward and its reference placement: `rewards`.
 
 Backends price a placement:
-  * `simulate` (default): `tf_gdp.cost.simulator.simulate_batch`.
+  * `simulate` (default): `tf_gdp.cost.simulator.simulate_batch` (with
+    `robust_members`: the median over perturbed cost models,
+    `robust_objective`).
   * `measure`: the TF runtime (`tf_gdp.runtime.measure.measure`) on a target:
     "local", "cpu-workers:K" (a worker cluster started once and kept for the
     environment's life) or "grpc://host:port". Needs the task's
@@ -26,31 +28,17 @@ forward pass); `step` is the same with B = 1. The environment keeps the best
 valid placement seen per task (`best`).
 """
 
-import contextlib
 import dataclasses
 import hashlib
-import io
 import math
-import sys
 import time
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
-
-def _import_gym_quietly() -> None:
-  """tf-agents imports gym, which prints a multi-line deprecation banner to
-  stderr; it would sit above every CLI progress line. Import it silenced."""
-  with contextlib.redirect_stderr(io.StringIO()):
-    try:
-      import gym  # pylint: disable=g-import-not-at-top,unused-import
-    except ImportError:
-      pass
-
-
-_import_gym_quietly()
-# pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-bad-import-order,unused-import
+from tf_gdp.rl import tf_agents_import  # before any tf_agents module
+# pylint: enable=g-bad-import-order,unused-import
 from tf_agents.environments import py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
@@ -62,27 +50,8 @@ from tf_gdp.graph import op_graph
 from tf_gdp.policy import features
 from tf_gdp.rl import observations
 from tf_gdp.rl import rewards
-# pylint: enable=g-import-not-at-top,wrong-import-position
+from tf_gdp.rl import robust_objective
 
-
-def _rebind_keras_2() -> None:
-  """Points tf.keras back at the Keras 2 API module after tf-agents' import.
-
-  tf-agents runs `from tensorflow.keras import layers`, which loads the Keras
-  2 API (tf_keras) a second time under the name "tensorflow.keras" and binds
-  tf.keras to that copy. The classes are the same, but
-  `grappler_bridge.tf_env` checks the module's *name* and then refuses every
-  later import of the zoo or the bridge ("tf.keras bound to tensorflow.keras
-  (Keras 3)").
-  """
-  original = sys.modules.get("tf_keras.api._v2.keras")
-  if original is not None and getattr(tf.keras, "__name__", "") != (
-      original.__name__) and getattr(tf.keras, "__file__", None) == getattr(
-          original, "__file__", ""):
-    tf.keras = original
-
-
-_rebind_keras_2()
 BACKENDS = ("simulate", "measure", "mix")
 
 
@@ -120,7 +89,8 @@ class PlacementEnv(py_environment.PyEnvironment):
                measure_confirm: int = 2,
                padding: Optional[dict] = None,
                reference_methods: Sequence[str] = rewards.REFERENCE_METHODS,
-               seed: int = 0, allow_side_effects: bool = False):
+               seed: int = 0, allow_side_effects: bool = False,
+               robust_members: int = 0):
     """Builds the environment; observations are built lazily per task.
 
     Args:
@@ -144,11 +114,14 @@ class PlacementEnv(py_environment.PyEnvironment):
       seed: seeds the task draws of `reset`.
       allow_side_effects: measure and mix backends: run graphs with ops that
         reach outside the step (`grappler_bridge.side_effects`).
+      robust_members: simulate backend: reward the median step time over
+        this many perturbed cost models (`robust_objective`); 0: nominal.
 
     Raises:
       InputError: no tasks, an unknown backend, a measure backend without a
         target, a task without its ExtractedGraph or (unless allowed) with
-        ops that reach outside the step, or padding too small.
+        ops that reach outside the step, robust members with a measure
+        backend, or padding too small.
     """
     super().__init__()
     if not tasks:
@@ -156,6 +129,8 @@ class PlacementEnv(py_environment.PyEnvironment):
     if backend not in BACKENDS:
       raise errors.InputError(
           f"unknown reward backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    self._robust = robust_objective.for_environment(tasks, robust_members,
+                                                    backend)
     if backend != "simulate":
       if measure_target is None:
         raise errors.InputError(f"backend {backend!r} needs a measure target")
@@ -278,6 +253,14 @@ class PlacementEnv(py_environment.PyEnvironment):
       self._measured_references[index] = measured.step_time_us
     return self._measured_references[index]
 
+  def best_reward(self, index: int) -> float:
+    """The reward of the task's best placement, as its samples are rewarded."""
+    best = self._best[index]
+    if self._robust is not None:
+      return self._robust.best_reward(index, best, self.reference(index))
+    return float(rewards.placement_reward(
+        [best.step_time_us], [True], self.reference_us(index, best.source))[0])
+
   def measured_reference_us(self, index: int) -> Optional[float]:
     """The reference's measured step time if it was measured, else None."""
     return self._measured_references[index]
@@ -323,12 +306,16 @@ class PlacementEnv(py_environment.PyEnvironment):
     step = np.full(batch, np.nan)
     valid = np.zeros(batch, bool)
     reward = np.zeros(batch, np.float32)
+    objective = None  # what the best is chosen by, when not the step time
     if self._backend in ("simulate", "mix"):
       result = simulator.simulate_batch(task.graph, placements, task.topology)
       simulated = result.step_time_us.astype(np.float64)
       valid = result.valid & in_range
       step = simulated.copy()
       reward = rewards.placement_reward(step, valid, self.reference_us(index))
+      if self._robust is not None:
+        reward, objective = self._robust.rewards(
+            index, placements, simulated, valid, self.reference(index))
       self.evaluations += batch
     if self._backend == "measure":
       for b in range(batch):
@@ -349,7 +336,8 @@ class PlacementEnv(py_environment.PyEnvironment):
         reward[b] = rewards.placement_reward(
             step[b:b + 1], valid[b:b + 1],
             self.reference_us(index, "measure"))[0]
-    self._update_best(index, real, placements, step, valid, measured, simulated)
+    self._update_best(index, real, placements, step, valid, measured, simulated,
+                      objective)
     return rewards.Evaluation(
         reward=reward, step_time_us=step, simulated_us=simulated,
         measured=measured, valid=valid, placements=placements)
@@ -373,7 +361,7 @@ class PlacementEnv(py_environment.PyEnvironment):
     return chosen
 
   def _update_best(self, index, real, placements, step, valid, measured,
-                   simulated) -> None:
+                   simulated, objective=None) -> None:
     judged_by_measure = self._backend != "simulate"
     if self._backend == "simulate":
       candidates = valid
@@ -386,9 +374,14 @@ class PlacementEnv(py_environment.PyEnvironment):
     if not candidates.any():
       return
     current = self._best[index]
+    key = step if objective is None else objective
+    current_key = None
+    if current is not None:
+      current_key = (current.step_time_us if objective is None
+                     else self._robust.median_of(index, current))
     rows = np.flatnonzero(candidates)
-    for b in rows[np.argsort(step[rows], kind="stable")]:
-      if current is not None and not step[b] < current.step_time_us:
+    for b in rows[np.argsort(key[rows], kind="stable")]:
+      if current is not None and not key[b] < current_key:
         break
       value = float(step[b])
       if judged_by_measure and self._measure_confirm:
@@ -403,6 +396,8 @@ class PlacementEnv(py_environment.PyEnvironment):
           step_time_us=value,
           source="measure" if judged_by_measure else "simulate",
           evaluation=self.evaluations)
+      if objective is not None:
+        self._robust.remember(index, self._best[index], key[b])
       return
 
   def _confirm(self, index: int, placement: np.ndarray):

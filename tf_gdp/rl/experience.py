@@ -13,7 +13,6 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from tf_gdp.rl import exploration
-from tf_gdp.rl import rewards as rewards_lib
 
 
 def sample(actor_net, value_net, observations, seed, num_samples: int,
@@ -82,9 +81,7 @@ def imitation_experience(env, stacked, tasks, base, greedy, values, rewards,
     best = env.best(int(index))
     if best is None:
       continue
-    reward = rewards_lib.placement_reward(
-        [best.step_time_us], [True],
-        env.reference_us(int(index), best.source))[0]
+    reward = env.best_reward(int(index))
     own = rewards[t][~pushed[t]] if (~pushed[t]).any() else rewards[t]
     scale = max(float(rewards[t].std()), scale_floor)
     actions[t, :len(best.group_devices)] = best.group_devices

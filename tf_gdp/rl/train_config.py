@@ -9,6 +9,7 @@ import dataclasses
 from typing import Optional
 
 from tf_gdp import errors
+from tf_gdp.cost import ensemble
 from tf_gdp.rl import exploration
 from tf_gdp.rl import ppo as ppo_lib
 
@@ -91,6 +92,11 @@ class TrainConfig:
     self_imitation: weight of the advantage of the best placement so far,
       trained on once per iteration as an extra sample
       (`Trainer._imitation_experience`). Single-graph runs only; 0 = off.
+    robust_objective: reward (and choose the best placement by) the median
+      step time over `robust_members` perturbed cost models
+      (`tf_gdp.rl.robust_objective`) instead of the nominal one; simulate
+      backend only.
+    robust_members: members of that ensemble, the nominal model included.
   """
   samples_per_graph: int = 16
   graphs_per_iteration: int = 4
@@ -107,6 +113,8 @@ class TrainConfig:
   max_checkpoints: int = 3
   log_every_seconds: float = 10.0
   seed: int = 0
+  robust_objective: bool = False
+  robust_members: int = ensemble.DEFAULT_MEMBERS
 
   def __post_init__(self):
     if self.samples_per_graph < 2:
@@ -122,8 +130,13 @@ class TrainConfig:
       raise errors.InputError("self_imitation must be >= 0")
     if self.pipeline_exploration < 0:
       raise errors.InputError("pipeline_exploration must be >= 0")
+    if self.robust_members < 1:
+      raise errors.InputError("robust_members must be >= 1")
     if self.baseline not in ("sample_mean", "value"):
       raise errors.InputError(
           f"baseline must be sample_mean or value, got {self.baseline!r}")
 
-
+  def environment_options(self) -> dict:
+    """The `PlacementEnv` arguments these settings imply ({} by default)."""
+    return {"robust_members": self.robust_members} if (
+        self.robust_objective) else {}

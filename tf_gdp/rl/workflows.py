@@ -71,6 +71,13 @@ def _as_task(item, topology=None) -> environment.PlacementTask:
       "expected a PlacementTask, or an OpGraph and a topology")
 
 
+def _env_options(env_options: Optional[dict],
+                 config: Optional[train_config.TrainConfig]) -> dict:
+  """`env_options` plus what the training settings imply (they win)."""
+  return dict(env_options or {}, **(config.environment_options()
+                                    if config is not None else {}))
+
+
 def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
              *, budget: train_config.Budget, root_dir: str,
              policy_config: Optional[dict] = None,
@@ -104,7 +111,7 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
   policy = policy_io.build_policy(policy_config)
   fileio.write_atomically(
       config_path, json.dumps(policy_io.policy_config_dict(policy), indent=1))
-  env = environment.PlacementEnv(tasks, **(env_options or {}))
+  env = environment.PlacementEnv(tasks, **_env_options(env_options, config))
   try:
     trainer = trainer_lib.Trainer(env, policy, config=config,
                                   root_dir=root_dir, log=log)
@@ -142,7 +149,7 @@ def finetune(policy_path: str, task, topology=None, *,
     fileio.write_atomically(
         os.path.join(root_dir, policy_io.POLICY_CONFIG_FILE),
         json.dumps(policy_io.policy_config_dict(policy), indent=1))
-  env = environment.PlacementEnv([task], **(env_options or {}))
+  env = environment.PlacementEnv([task], **_env_options(env_options, config))
   try:
     trainer = trainer_lib.Trainer(env, policy, config=config,
                                   root_dir=root_dir, log=log)
