@@ -6,5 +6,5 @@ __all__ = []
 
 _package_api.install(
     globals(),
-    modules=("device_names", "feasibility", "lower_bound", "presets", "simulator",
-             "simulator_reference", "topology"))
+    modules=("device_names", "feasibility", "lower_bound", "presets",
+             "sim_results", "simulator", "simulator_reference", "topology"))
