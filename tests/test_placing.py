@@ -52,6 +52,18 @@ def test_baseline_result_is_judged_and_compared(graph, topology):
   json.dumps(report)  # JSON-able
 
 
+def test_list_schedulers_are_judged_also_as_planned(graph, topology):
+  result = placing.place(graph, topology, "heft", compare=("m_etf", "metis"))
+  assert result.step_time_planned_us > 0 and result.planned_valid is not None
+  report = result.report()
+  assert report["step_time_planned_us"] == result.step_time_planned_us
+  assert report["compared"]["m_etf"]["step_time_planned_us"] > 0
+  assert "step_time_planned_us" not in report["compared"]["metis"]
+  plain = placing.judge(graph, topology, "loaded", result.placement)
+  assert plain.step_time_planned_us is None
+  assert plain.step_time_us == result.step_time_us
+
+
 def test_bad_method_budget_and_missing_policy(graph, topology, tmp_path):
   with pytest.raises(errors.InputError, match="unknown method 'magic'"):
     placing.place(graph, topology, "magic")

@@ -14,7 +14,10 @@ is then fine-tuned on this graph for that many seconds and the better of the
 two is kept; both are the policy's own placements) and every baseline of
 `tf_gdp.baselines`. Every result, searched here or re-applied from a
 placement file by `gdp.place`, is judged by `judge`: the same simulator,
-bound and baselines.
+bound and baselines. A list scheduler (m_etf, m_sct, heft) plans the order
+each device runs its ops in; it is judged with the simulator's default
+order (`step_time_us`) and with its own (`step_time_planned_us`), as the
+method itself and among the compared baselines.
 """
 
 import dataclasses
@@ -57,8 +60,11 @@ class PlaceResult:
     peak_memory_bytes, busy_us: per device.
     transfer_bytes: bytes moved between devices per step.
     lower_bound_us: the communication-free bound for this graph+topology.
-    compared: method -> {step_time_us, valid, search_seconds} of baselines.
+    compared: method -> {step_time_us, valid, search_seconds} of baselines
+      (plus step_time_planned_us and planned_valid for list schedulers).
     details: method specifics (gdp: mode, zero-shot figures, iterations).
+    step_time_planned_us, planned_valid: simulated with the method's own
+      planned per-device order (list schedulers; None otherwise).
   """
   graph_name: str
   topology_name: str
@@ -76,6 +82,8 @@ class PlaceResult:
   lower_bound_us: float
   compared: Dict[str, dict] = dataclasses.field(default_factory=dict)
   details: dict = dataclasses.field(default_factory=dict)
+  step_time_planned_us: Optional[float] = None
+  planned_valid: Optional[bool] = None
 
   def device_map(self, graph: op_graph.OpGraph) -> Dict[str, str]:
     """op name -> device name."""
@@ -88,7 +96,8 @@ class PlaceResult:
         "graph": self.graph_name, "topology": self.topology_name,
         "method": self.method, "devices": list(self.device_names),
         "step_time_us": self.step_time_us, "valid": self.valid,
-        "reason": self.reason, "search_seconds": self.search_seconds,
+        "step_time_planned_us": self.step_time_planned_us,
+        "planned_valid": self.planned_valid, "reason": self.reason, "search_seconds": self.search_seconds,
         "evaluations": self.evaluations,
         "peak_memory_bytes": [int(b) for b in self.peak_memory_bytes],
         "busy_us": [float(b) for b in self.busy_us],
@@ -131,6 +140,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   check_compare(compare)
   from tf_gdp.cost import feasibility  # pylint: disable=g-import-not-at-top
   feasibility.check_feasible(graph, topology)  # InfeasibleError with numbers
+  priority = None
   if method == GDP:
     placement, seconds, evaluations, details = _place_gdp(
         graph, topology, budget_seconds=budget_seconds, policy=policy,
@@ -140,9 +150,10 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     found = baselines.run(method, graph, topology, seed=seed)
     placement, seconds = found.placement, found.search_seconds
     evaluations, details = found.evaluations, _jsonable(found.info)
+    priority = found.priority
   return judge(graph, topology, method, placement, search_seconds=seconds,
                evaluations=evaluations, details=details, compare=compare,
-               seed=seed)
+               seed=seed, priority=priority)
 
 
 def check_compare(compare: Sequence[str]) -> None:
@@ -210,7 +221,8 @@ def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
 def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
           method: str, placement, *, search_seconds: float = 0.0,
           evaluations: int = 0, details: Optional[dict] = None,
-          compare: Sequence[str] = (), seed: int = 0) -> PlaceResult:
+          compare: Sequence[str] = (), seed: int = 0,
+          priority=None) -> PlaceResult:
   """A placement's `PlaceResult`: simulated, bounded, beside baselines.
 
   Every result is judged here, whether `place` searched for it or it was
@@ -225,6 +237,8 @@ def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     compare: baselines run and simulated beside it (`method` itself is
       skipped); one that cannot run reports its error.
     seed: seeds the randomized baselines.
+    priority: the method's own planned per-op order, if it has one: the
+      placement is then also simulated with it (`step_time_planned_us`).
   """
   sim = simulator.simulate(graph, placement, topology)
   result = PlaceResult(
@@ -237,6 +251,10 @@ def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
       busy_us=sim.device_busy_us.tolist(), transfer_bytes=sim.transfer_bytes,
       lower_bound_us=float(lower_bound_lib.lower_bound(graph, topology)),
       details=dict(details or {}))
+  if priority is not None:
+    planned = simulator.simulate(graph, placement, topology, priority=priority)
+    result.step_time_planned_us = planned.step_time_us
+    result.planned_valid = planned.valid
   for name in compare:
     if name != method:
       result.compared[name] = _baseline_summary(name, graph, topology, seed)
@@ -250,8 +268,14 @@ def _baseline_summary(name, graph, topology, seed) -> dict:
   except errors.InputError as e:  # e.g. no expert rules for this graph
     return {"error": grappler_errors.first_line(e)}
   sim = simulator.simulate(graph, found.placement, topology)
-  return {"step_time_us": sim.step_time_us, "valid": sim.valid,
-          "search_seconds": found.search_seconds}
+  summary = {"step_time_us": sim.step_time_us, "valid": sim.valid,
+             "search_seconds": found.search_seconds}
+  if found.priority is not None:
+    planned = simulator.simulate(graph, found.placement, topology,
+                                 priority=found.priority)
+    summary.update(step_time_planned_us=planned.step_time_us,
+                   planned_valid=planned.valid)
+  return summary
 
 
 def _jsonable(info: dict) -> dict:

@@ -60,7 +60,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       communication.mean_edge_times(view, np.arange(view.num_devices),
                                     is_data, nbytes))
   order = np.lexsort((plan.rank, -upward)).astype(np.int64)
-  device, finish, failed = _heft(
+  device, start, finish, failed = _heft(
       order, plan.in_ptr, plan.in_edges, plan.edge_src, is_data, edge_tensor,
       nbytes, plan.tensor_bytes.shape[0],
       np.ascontiguousarray(tables.duration_us), allowed, tables.latency_us,
@@ -71,6 +71,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
         view, model, int(view.group_of[failed]),
         list_scheduler.reserved_memory(view, model, device))
   common.note("scheduled_makespan_us", round(float(finish.max(initial=0.0)), 3))
+  common.note_priority(start)  # each device runs its ops by planned start
   return device.astype(np.int32)
 
 
@@ -107,10 +108,11 @@ def _slot(starts, ends, j, count, ready, duration, max_scan):
 def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
           num_tensors, duration, allowed, latency, bytes_per_us, group_of,
           need, budget, max_scan, contention):
-  """Places ops in `order`; returns (device, finish, failed op or -1)."""
+  """Places ops in `order`; returns (device, start, finish, failed op or -1)."""
   n = order.shape[0]
   d = duration.shape[1]
   device = np.full(n, -1, np.int64)
+  start_at = np.zeros(n, np.float64)
   finish = np.zeros(n, np.float64)
   bound = np.full(need.shape[0], -1, np.int64)
   used = np.zeros(d, np.float64)
@@ -147,7 +149,7 @@ def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
         best_finish = start + duration[v, j]
         best_pos = pos
     if best_j < 0:
-      return device, finish, v
+      return device, start_at, finish, v
     j = best_j
     arrival_time(v, j, True, contention, in_ptr, in_edges, edge_src, is_data,
                  edge_tensor, nbytes, device, finish, latency, bytes_per_us,
@@ -159,8 +161,9 @@ def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
     ends[j, best_pos] = best_finish
     count[j] += 1
     device[v] = j
+    start_at[v] = best_start
     finish[v] = best_finish
     if bound[g] < 0:
       bound[g] = j
       used[j] += need[g]
-  return device, finish, -1
+  return device, start_at, finish, -1

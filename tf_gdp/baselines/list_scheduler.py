@@ -59,7 +59,8 @@ def candidate_devices(view: common.GroupView) -> np.ndarray:
 
 def schedule(view: common.GroupView, model: common.MemoryModel, *,
              favorite_parent=None, link_contention: bool = True) -> tuple:
-  """Runs m-ETF; returns (op device int32[n], planned makespan us).
+  """Runs m-ETF; returns (op device int32[n], planned makespan us, list
+  order int64[n]: the step at which each op was scheduled).
 
   Raises InputError when some op's group fits on none of its devices.
   """
@@ -73,7 +74,7 @@ def schedule(view: common.GroupView, model: common.MemoryModel, *,
       communication.mean_edge_times(view, view.primary, is_data, nbytes))
   if favorite_parent is None:
     favorite_parent = np.full(graph.num_nodes, -1, np.int64)
-  device, finish, failed = _etf(
+  device, finish, step, failed = _etf(
       plan.order, plan.rank, plan.in_ptr, plan.in_edges, plan.out_ptr,
       plan.out_edges, plan.edge_src, plan.edge_dst, is_data, edge_tensor,
       nbytes, plan.tensor_bytes.shape[0],
@@ -84,7 +85,7 @@ def schedule(view: common.GroupView, model: common.MemoryModel, *,
   if failed >= 0:
     raise common.no_room_error(view, model, int(view.group_of[failed]),
                                reserved_memory(view, model, device))
-  return device.astype(np.int32), float(finish.max(initial=0.0))
+  return device.astype(np.int32), float(finish.max(initial=0.0)), step
 
 
 def reserved_memory(view: common.GroupView, model: common.MemoryModel,
@@ -170,7 +171,7 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
          edge_dst, is_data, edge_tensor, nbytes, num_tensors, duration,
          candidate, latency, bytes_per_us, group_of, need, budget, priority,
          favorite_parent, contention):
-  """The ETF loop; returns (device, finish, failed op or -1).
+  """The ETF loop; returns (device, finish, list step, failed op or -1).
 
   Heap keys are lower bounds of an op's data-ready time (links only get
   busier), so a device's best candidate is found by re-evaluating the top
@@ -180,6 +181,7 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
   d = duration.shape[1]
   device = np.full(n, -1, np.int64)
   finish = np.zeros(n, np.float64)
+  step = np.full(n, -1, np.int64)
   bound = np.full(need.shape[0], -1, np.int64)
   used = np.zeros(d, np.float64)
   free_t = np.zeros(d, np.float64)
@@ -210,7 +212,7 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
                                      need, budget):
           a_size[j] = _push(a1, a2, a3, j, a_size[j], 0.0, -priority[v], r)
 
-  for _ in range(n):
+  for t in range(n):
     best_j = -1
     best_1 = 0.0
     best_2 = 0.0
@@ -274,8 +276,8 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
     if best_j < 0:
       for v in range(n):
         if pending[v] == 0 and device[v] < 0:
-          return device, finish, v
-      return device, finish, 0  # unreachable for a DAG
+          return device, finish, step, v
+      return device, finish, step, 0  # unreachable for a DAG
     j = best_j
     v = order[best_3]
     # The chosen op is the top of B (arrived) or of A on device j.
@@ -288,6 +290,7 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
                  link_free, arrival, scratch)
     g = group_of[v]
     device[v] = j
+    step[v] = t
     finish[v] = best_1 + duration[v, j]
     free_t[j] = finish[v]
     last_op[j] = v
@@ -330,4 +333,4 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
                              arrival, scratch)
         a_size[jw] = _push(a1, a2, a3, jw, a_size[jw], ready, -priority[w],
                            rank[w])
-  return device, finish, -1
+  return device, finish, step, -1
