@@ -127,16 +127,25 @@ def _scaled(graph, factor):
       fetches=graph.fetches)
 
 
-@hypothesis.settings(max_examples=200, deadline=None)
-@hypothesis.given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30),
-                  preset=st.sampled_from(PRESETS),
-                  scale=st.sampled_from([1, 1000]))
-def test_contention_never_speeds_up_a_step_with_device_orders_fixed(
-    seed, n, preset, scale):
+# A small random graph on a preset: (seed, n, preset, bytes scale).
+_PRESET_CASES = dict(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30),
+                     preset=st.sampled_from(PRESETS),
+                     scale=st.sampled_from([1, 1000]))
+
+
+def _preset_case(seed, n, preset, scale):
+  """(rng, graph, topology, placement) of one drawn case."""
   rng = np.random.default_rng(seed)
   graph = _scaled(random_graph(rng, n), scale)
   topo = topology.get(preset)
-  placement = rng.integers(0, topo.num_devices, n)
+  return rng, graph, topo, rng.integers(0, topo.num_devices, n)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(**_PRESET_CASES)
+def test_contention_never_speeds_up_a_step_with_device_orders_fixed(
+    seed, n, preset, scale):
+  _, graph, topo, placement = _preset_case(seed, n, preset, scale)
   schedule = simulator.simulate(graph, placement, topo,
                                 record_schedule=True).schedule
   # The order edges change the graph's topological ranks, hence same-instant
@@ -173,16 +182,11 @@ def test_contention_can_reorder_a_device_and_shorten_the_step():
 
 
 @hypothesis.settings(max_examples=150, deadline=None)
-@hypothesis.given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30),
-                  preset=st.sampled_from(PRESETS),
-                  scale=st.sampled_from([1, 1000]))
+@hypothesis.given(**_PRESET_CASES)
 def test_compiled_core_agrees_with_reference_on_contended_presets(
     seed, n, preset, scale):
-  rng = np.random.default_rng(seed)
-  graph = _scaled(random_graph(rng, n), scale)
-  topo = topology.get(preset)
-  assert_agrees_with_reference(graph, rng.integers(0, topo.num_devices, n),
-                               topo, random_priority(rng, n))
+  rng, graph, topo, placement = _preset_case(seed, n, preset, scale)
+  assert_agrees_with_reference(graph, placement, topo, random_priority(rng, n))
 
 
 # ---- priorities --------------------------------------------------------------
@@ -234,12 +238,13 @@ _CHANNELS = [{"name": "bus", "bandwidth_gbps": 2.0},
 
 def test_channels_round_trip_and_set_the_pair_bandwidth(tmp_path):
   path = tmp_path / "t.json"
-  path.write_text(json.dumps(_document(
-      {"channels": _CHANNELS, "routes": [[[], ["bus"]], [["bus", "slow"], []]]})))
+  routes = [[[], ["bus"]], [["bus", "slow"], []]]
+  path.write_text(json.dumps(_document({"channels": _CHANNELS,
+                                        "routes": routes})))
   topo = topology.get(str(path))
   assert topo.contended and topo.bandwidth_gbps.tolist() == [[0, 2], [1, 0]]
   document = topology.to_document(topo)
-  assert document["links"]["routes"] == [[[], ["bus"]], [["bus", "slow"], []]]
+  assert document["links"]["routes"] == routes
   assert topology.to_document(topology.from_document(document)) == document
   free = topology.uncontended(topo)
   assert not free.contended and free.channel_routes()[0] == 4

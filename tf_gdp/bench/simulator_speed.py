@@ -98,7 +98,8 @@ def run(num_nodes: int, width: int, topologies, repeats: int, batch: int,
                           for _ in range(batch)]) if batch else None
       for model, topo in models:
         start = time.perf_counter()
-        simulator.simulate(graph, np.zeros(num_nodes, np.int64), topo)  # warm-up
+        warm_up = np.zeros(num_nodes, np.int64)
+        simulator.simulate(graph, warm_up, topo)
         first_s = time.perf_counter() - start
         ms = time_single(graph, topo, single)
         sample = simulator.simulate(graph, single[0], topo)

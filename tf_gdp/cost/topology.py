@@ -12,7 +12,8 @@ clusters come from a JSON file:
                 "kind": "GPU", "memory_bytes": 34359738368, "speed": 1.0}, ...],
    "links": {"bandwidth_gbps": [[...], ...], "latency_us": [[...], ...],
              "table_bytes": [...], "table_us": [[[...], ...], ...],
-             "channels": [{"name": "GPU:0 PCIe out", "bandwidth_gbps": 12}, ...],
+             "channels": [{"name": "GPU:0 PCIe out", "bandwidth_gbps": 12},
+                          ...],
              "routes": [[[], ["GPU:0 PCIe out", "GPU:1 PCIe in"]], ...]}}
 
 `hardware` says which hardware spec priced each kind's op costs (see
@@ -69,7 +70,11 @@ class Device:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Topology:
-  """Devices plus [d, d] link bandwidth (GB/s) and latency (us) matrices."""
+  """Devices, [d, d] link bandwidth (GB/s) and latency (us), and channels.
+
+  Without channel data (`contended` False) each directed pair is its own
+  channel; `channel_routes` gives the simulator either form as arrays.
+  """
   name: str
   devices: tuple
   bandwidth_gbps: np.ndarray
