@@ -306,6 +306,23 @@ def test_link_contention_is_planned():
   assert aware == pytest.approx(1.0 + 2000.0 + 5000.0)
 
 
+@pytest.mark.parametrize("method", ("m_etf", "heft"))
+def test_list_schedulers_plan_with_shared_channels(method):
+  # GPU 0 sends one 120 MB tensor to each of GPUs 1-3 of p100x4: the three
+  # transfers share GPU 0's PCIe port, so the plan queues them there.
+  pins = [f"/device:GPU:{i}" for i in range(4)]
+  graph = _graph([0.0] * 4, [(0, k, 120_000_000, k - 1) for k in (1, 2, 3)],
+                 pins=pins)
+  contended = topology.get("p100x4")
+  one = contended.transfer_us(0, 1, 1.2e8)
+  for topo, transfers in ((contended, 3), (topology.uncontended(contended), 1)):
+    result = baselines.run(method, graph, topo)
+    assert result.info["scheduled_makespan_us"] == pytest.approx(
+        transfers * one)
+    assert result.info["simulated_step_time_us"] == pytest.approx(
+        transfers * one)
+
+
 @pytest.mark.parametrize("method", ("m_etf", "m_sct", "heft"))
 def test_list_schedulers_give_their_planned_order(method):
   # n0 and n1 are pinned to GPU 0, n1 feeds n2 (100 us) pinned to GPU 1.
