@@ -306,6 +306,48 @@ def test_link_contention_is_planned():
   assert aware == pytest.approx(1.0 + 2000.0 + 5000.0)
 
 
+@pytest.mark.parametrize("method", ("m_etf", "heft"))
+def test_list_schedulers_plan_with_shared_channels(method):
+  # GPU 0 sends one 120 MB tensor to each of GPUs 1-3 of p100x4: the three
+  # transfers share GPU 0's PCIe port, so the plan queues them there.
+  pins = [f"/device:GPU:{i}" for i in range(4)]
+  graph = _graph([0.0] * 4, [(0, k, 120_000_000, k - 1) for k in (1, 2, 3)],
+                 pins=pins)
+  contended = topology.get("p100x4")
+  one = contended.transfer_us(0, 1, 1.2e8)
+  for topo, transfers in ((contended, 3), (topology.uncontended(contended), 1)):
+    result = baselines.run(method, graph, topo)
+    assert result.info["scheduled_makespan_us"] == pytest.approx(
+        transfers * one)
+    assert result.info["simulated_step_time_us"] == pytest.approx(
+        transfers * one)
+
+
+@pytest.mark.parametrize("method", ("m_etf", "m_sct", "heft"))
+def test_list_schedulers_give_their_planned_order(method):
+  # n0 and n1 are pinned to GPU 0, n1 feeds n2 (100 us) pinned to GPU 1.
+  # The simulator's default order runs n0 first (topological order); the
+  # plans run n1 first, which starts n2 10 us earlier.
+  pins = ["/device:GPU:0", "/device:GPU:0", "/device:GPU:1"]
+  graph = _graph([10.0, 10.0, 100.0], [(1, 2, 1000)], pins=pins)
+  result = baselines.run(method, graph, _topo())
+  assert result.placement.tolist() == [0, 0, 1]
+  assert result.priority.shape == (3,)
+  assert result.priority[1] < result.priority[0]
+  assert result.info["simulated_step_time_us"] == 10.0 + 10.0 + 1.0 + 100.0
+  assert result.info["simulated_step_time_planned_us"] == 10.0 + 1.0 + 100.0
+  planned = simulator.simulate(graph, result.placement, _topo(),
+                               priority=result.priority)
+  assert planned.step_time_us == 111.0
+
+
+@pytest.mark.parametrize("method", ("single_device", "metis", "m_topo"))
+def test_methods_without_a_schedule_give_no_order(method):
+  result = baselines.run(method, _graph([1.0, 2.0], [(0, 1, 10)]), _topo())
+  assert result.priority is None
+  assert "simulated_step_time_planned_us" not in result.info
+
+
 def test_human_expert_is_imported_lazily_and_rejects_non_zoo_graphs():
   # The expert rules (tf_gdp.zoo.expert) know zoo models only.
   with pytest.raises(errors.InputError):

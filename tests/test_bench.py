@@ -34,6 +34,25 @@ def test_ratios_use_valid_rows_only():
   assert math.isnan(rows[2].speedup_vs_single)
 
 
+def test_a_planned_order_counts_as_a_baseline_and_shows_in_the_table():
+  rows = [harness.Row("g", "d", "single_device", 3, step_time_us=100.0,
+                      valid=True, lower_bound_us=40.0),
+          harness.Row("g", "d", "heft", 3, step_time_us=90.0, valid=True,
+                      lower_bound_us=40.0, step_time_planned_us=60.0,
+                      planned_valid=True),
+          harness.Row("g", "d", "m_etf", 3, step_time_us=80.0, valid=True,
+                      lower_bound_us=40.0, step_time_planned_us=50.0,
+                      planned_valid=False)]
+  harness.add_ratios(rows)
+  assert rows[0].ratio_to_best_baseline == pytest.approx(100.0 / 60.0)
+  table = harness.format_table(rows, "d")
+  assert "planned ms" in table.splitlines()[1]
+  assert "0.1!" in table  # an order that overflows memory is marked
+  speedups = harness.geomean_speedups(rows)
+  assert speedups["heft:planned"] == pytest.approx(100.0 / 60.0)
+  assert "m_etf:planned" not in speedups
+
+
 def test_bench_cli_runs_every_method_on_a_tiny_zoo_graph(tmp_path):
   out = tmp_path / "bench.json"
   result = subprocess.run(
@@ -50,6 +69,8 @@ def test_bench_cli_runs_every_method_on_a_tiny_zoo_graph(tmp_path):
     assert row["valid"], row
     assert row["step_time_us"] >= row["lower_bound_us"] > 0
     assert row["search_seconds"] >= 0
+    planned = row["method"] in ("m_etf", "m_sct", "heft")
+    assert (row["step_time_planned_us"] is not None) == planned, row
   assert document["settings"]["devices"] == ["p100x2"]
 
 

@@ -77,6 +77,18 @@ def test_a_preset_report_judges_robustness_to_cost_model_error(graph,
     placing.place(graph, topology, "metis", robust_objective=True)
 
 
+def test_list_schedulers_are_judged_also_as_planned(graph, topology):
+  result = placing.place(graph, topology, "heft", compare=("m_etf", "metis"))
+  assert result.step_time_planned_us > 0 and result.planned_valid is not None
+  report = result.report()
+  assert report["step_time_planned_us"] == result.step_time_planned_us
+  assert report["compared"]["m_etf"]["step_time_planned_us"] > 0
+  assert "step_time_planned_us" not in report["compared"]["metis"]
+  plain = placing.judge(graph, topology, "loaded", result.placement)
+  assert plain.step_time_planned_us is None
+  assert plain.step_time_us == result.step_time_us
+
+
 def test_bad_method_budget_and_missing_policy(graph, topology, tmp_path):
   with pytest.raises(errors.InputError, match="unknown method 'magic'"):
     placing.place(graph, topology, "magic")

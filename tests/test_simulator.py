@@ -342,9 +342,44 @@ def random_topology(rng, d):
     table_bytes = np.array([500.0, 2000.0, 3500.0])
     table_us = latency[..., None] + np.cumsum(
         rng.choice([0.0, 0.5, 3.0], (d, d, 3)), axis=-1)
+  if rng.random() < 0.5:  # shared channels: random routes over c of them
+    c = int(rng.integers(1, 5))
+    channels = [(f"c{k}", float(rng.choice([0.5, 1.0, 2.0]))) for k in range(c)]
+    routes = [[[] if i == j else sorted(rng.choice(
+        c, int(rng.integers(1, min(c, 3) + 1)), replace=False).tolist())
+               for j in range(d)] for i in range(d)]
+    return topology.custom("random", devices, None, latency,
+                           table_bytes=table_bytes, table_us=table_us,
+                           channels=channels, routes=routes)
   return topology.custom(
       "random", devices, rng.choice([0.5, 1.0, 2.0], (d, d)), latency,
       table_bytes=table_bytes, table_us=table_us)
+
+
+def random_priority(rng, n):
+  """None, or a per-op priority with ties (ints or floats)."""
+  draw = rng.random()
+  if draw < 0.4:
+    return None
+  if draw < 0.7:
+    return rng.integers(0, 4, n)
+  return rng.choice([-1.5, 0.0, 2.25, 1e9], n)
+
+
+def assert_agrees_with_reference(graph, placement, topo, priority=None):
+  got = simulator.simulate(graph, placement, topo, record_schedule=True,
+                           priority=priority)
+  want = simulator_reference.simulate_reference(graph, placement, topo,
+                                                priority)
+  assert got.step_time_us == want["step_time_us"]
+  assert got.schedule.op_start_us.tolist() == want["op_start_us"]
+  assert got.schedule.op_end_us.tolist() == want["op_end_us"]
+  assert got.schedule.transfer_start_us.tolist() == want["transfer_start_us"]
+  assert got.schedule.transfer_end_us.tolist() == want["transfer_end_us"]
+  assert got.device_busy_us.tolist() == want["device_busy_us"]
+  assert got.peak_memory_bytes.tolist() == want["peak_memory_bytes"]
+  assert got.num_transfers == want["num_transfers"]
+  assert got.transfer_bytes == want["transfer_bytes"]
 
 
 @hypothesis.settings(max_examples=300, deadline=None)
@@ -354,16 +389,8 @@ def test_compiled_core_agrees_with_reference(seed, n, d):
   rng = np.random.default_rng(seed)
   graph = random_graph(rng, n)
   topo = random_topology(rng, d)
-  placement = rng.integers(0, d, n)
-  got = simulator.simulate(graph, placement, topo, record_schedule=True)
-  want = simulator_reference.simulate_reference(graph, placement, topo)
-  assert got.step_time_us == want["step_time_us"]
-  assert got.schedule.op_start_us.tolist() == want["op_start_us"]
-  assert got.schedule.op_end_us.tolist() == want["op_end_us"]
-  assert got.device_busy_us.tolist() == want["device_busy_us"]
-  assert got.peak_memory_bytes.tolist() == want["peak_memory_bytes"]
-  assert got.num_transfers == want["num_transfers"]
-  assert got.transfer_bytes == want["transfer_bytes"]
+  assert_agrees_with_reference(graph, rng.integers(0, d, n), topo,
+                               random_priority(rng, n))
 
 
 @hypothesis.settings(max_examples=60, deadline=None)
@@ -389,6 +416,12 @@ def test_schedule_respects_dependencies_and_one_op_per_device(seed, n, d):
     spans = sorted((a, b) for a, b, l in zip(schedule.transfer_start_us,
                                               schedule.transfer_end_us, links)
                    if l == link)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+  for c in range(len(topo.channel_names or ())):  # a channel: one at a time
+    spans = sorted((a, b) for a, b, s, t in zip(
+        schedule.transfer_start_us, schedule.transfer_end_us,
+        schedule.transfer_src_device, schedule.transfer_dst_device)
+                   if c in topo.routes[s][t])
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
 

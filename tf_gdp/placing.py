@@ -14,7 +14,10 @@ is then fine-tuned on this graph for that many seconds and the better of the
 two is kept; both are the policy's own placements) and every baseline of
 `tf_gdp.baselines`. Every result, searched here or re-applied from a
 placement file by `gdp.place`, is judged by `judge`: the same simulator,
-bound and baselines.
+bound and baselines. A list scheduler (m_etf, m_sct, heft) plans the order
+each device runs its ops in; it is judged with the simulator's default
+order (`step_time_us`) and with its own (`step_time_planned_us`), as the
+method itself and among the compared baselines.
 """
 
 import dataclasses
@@ -61,10 +64,13 @@ class PlaceResult:
     transfer_bytes: bytes moved between devices per step.
     lower_bound_us: the communication-free bound for this graph+topology.
     compared: method -> {step_time_us, valid, search_seconds} of baselines
-      (and their "robustness", when judged).
+      (and their "robustness", when judged; plus step_time_planned_us and
+      planned_valid for list schedulers).
     details: method specifics (gdp: mode, zero-shot figures, iterations).
     robustness: on a preset, the summary of the placement under perturbed
       cost models (`robust_judge`); None elsewhere or when switched off.
+    step_time_planned_us, planned_valid: simulated with the method's own
+      planned per-device order (list schedulers; None otherwise).
   """
   graph_name: str
   topology_name: str
@@ -83,6 +89,8 @@ class PlaceResult:
   compared: Dict[str, dict] = dataclasses.field(default_factory=dict)
   details: dict = dataclasses.field(default_factory=dict)
   robustness: Optional[dict] = None
+  step_time_planned_us: Optional[float] = None
+  planned_valid: Optional[bool] = None
 
   def device_map(self, graph: op_graph.OpGraph) -> Dict[str, str]:
     """op name -> device name."""
@@ -95,8 +103,9 @@ class PlaceResult:
         "graph": self.graph_name, "topology": self.topology_name,
         "method": self.method, "devices": list(self.device_names),
         "step_time_us": self.step_time_us, "valid": self.valid,
-        "reason": self.reason, "search_seconds": self.search_seconds,
-        "evaluations": self.evaluations,
+        "step_time_planned_us": self.step_time_planned_us,
+        "planned_valid": self.planned_valid, "reason": self.reason,
+        "search_seconds": self.search_seconds, "evaluations": self.evaluations,
         "peak_memory_bytes": [int(b) for b in self.peak_memory_bytes],
         "busy_us": [float(b) for b in self.busy_us],
         "transfer_bytes": int(self.transfer_bytes),
@@ -146,6 +155,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     check_robust_objective(method, budget_seconds, robust_members)
   from tf_gdp.cost import feasibility  # pylint: disable=g-import-not-at-top
   feasibility.check_feasible(graph, topology)  # InfeasibleError with numbers
+  priority = None
   if method == GDP:
     placement, seconds, evaluations, details = _place_gdp(
         graph, topology, budget_seconds=budget_seconds, policy=policy,
@@ -156,9 +166,11 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     found = baselines.run(method, graph, topology, seed=seed)
     placement, seconds = found.placement, found.search_seconds
     evaluations, details = found.evaluations, _jsonable(found.info)
+    priority = found.priority
   return judge(graph, topology, method, placement, search_seconds=seconds,
                evaluations=evaluations, details=details, compare=compare,
-               seed=seed, robust_members=robust_members)
+               seed=seed, robust_members=robust_members,
+               priority=priority)
 
 
 def check_compare(compare: Sequence[str]) -> None:
@@ -250,7 +262,8 @@ def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
           method: str, placement, *, search_seconds: float = 0.0,
           evaluations: int = 0, details: Optional[dict] = None,
           compare: Sequence[str] = (), seed: int = 0,
-          robust_members: int = ROBUST_MEMBERS) -> PlaceResult:
+          robust_members: int = ROBUST_MEMBERS,
+          priority=None) -> PlaceResult:
   """A placement's `PlaceResult`: simulated, bounded, beside baselines.
 
   Every result is judged here, whether `place` searched for it or it was
@@ -267,6 +280,8 @@ def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     seed: seeds the randomized baselines.
     robust_members: on a preset, perturbed cost models the placement and
       the baselines are judged under too (`robust_judge`; 0: none).
+    priority: the method's own planned per-op order, if it has one: the
+      placement is then also simulated with it (`step_time_planned_us`).
   """
   sim = simulator.simulate(graph, placement, topology)
   result = PlaceResult(
@@ -280,6 +295,10 @@ def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
       lower_bound_us=float(lower_bound_lib.lower_bound(graph, topology)),
       details=dict(details or {}))
   robust = robust_judge(graph, topology, robust_members)
+  if priority is not None:
+    planned = simulator.simulate(graph, placement, topology, priority=priority)
+    result.step_time_planned_us = planned.step_time_us
+    result.planned_valid = planned.valid
   for name in compare:
     if name != method:
       result.compared[name] = _baseline_summary(name, graph, topology, seed,
@@ -326,6 +345,11 @@ def _baseline_summary(name, graph, topology, seed, robust=None) -> dict:
              "search_seconds": found.search_seconds}
   if robust is not None:
     summary["robustness"] = robust(found.placement)
+  if found.priority is not None:
+    planned = simulator.simulate(graph, found.placement, topology,
+                                 priority=found.priority)
+    summary.update(step_time_planned_us=planned.step_time_us,
+                   planned_valid=planned.valid)
   return summary
 
 

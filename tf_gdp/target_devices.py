@@ -16,8 +16,6 @@ neither is an error that names what would have been accepted.
 import os
 from typing import Sequence, Union
 
-import numpy as np
-
 from tf_gdp import errors
 from tf_gdp.cost import presets
 from tf_gdp.cost import topology as topology_lib
@@ -153,15 +151,8 @@ def _subset(topo: topology_lib.Topology, index) -> topology_lib.Topology:
   """`topo` restricted to the devices `index` (in that order)."""
   if list(index) == list(range(len(topo.devices))):
     return topo
-  pick = np.ix_(index, index)
-  table_us = None if topo.table_us is None else topo.table_us[pick]
   short = ",".join(topo.devices[i].name.split("/device:", 1)[-1] for i in index)
-  kinds = {topo.devices[i].kind for i in index}
-  return topology_lib.custom(
-      f"{topo.name}[{short}]", [topo.devices[i] for i in index],
-      topo.bandwidth_gbps[pick], topo.latency_us[pick],
-      {k: v for k, v in topo.hardware.items() if k in kinds},
-      topo.table_bytes, table_us)
+  return topology_lib.subset(topo, index, f"{topo.name}[{short}]")
 
 
 def _logical_devices():

@@ -44,8 +44,10 @@ hiding it.
 
 Bookkeeping. Methods return only a placement; simulator calls made through
 `simulate` / `simulate_batch` here are counted (a method that simulates
-otherwise reports its count with `count_evaluations`), and `note` adds
-entries to the result's info dict, for the `registry.run` that is active.
+otherwise reports its count with `count_evaluations`), `note` adds entries
+to the result's info dict, and a list scheduler gives the order its own
+schedule runs ops in with `note_priority`, for the `registry.run` that is
+active.
 """
 
 import contextlib
@@ -74,9 +76,14 @@ class InternalError(RuntimeError):
 
 @dataclasses.dataclass
 class RunRecord:
-  """What one method call used: simulator evaluations and extra info."""
+  """What one method call used: simulator evaluations and extra info.
+
+  `priority` is the method's planned per-op order (lower runs first), if
+  it planned one.
+  """
   evaluations: int = 0
   info: dict = dataclasses.field(default_factory=dict)
+  priority: Optional[np.ndarray] = None
 
 
 _RECORD = contextvars.ContextVar("tf_gdp_baselines_record", default=None)
@@ -98,6 +105,17 @@ def note(key: str, value) -> None:
   record = _RECORD.get()
   if record is not None:
     record.info[key] = value
+
+
+def note_priority(priority: np.ndarray) -> None:
+  """Records the order the method's own schedule runs ops in (lower first).
+
+  The judge simulates the placement with it as well as with the default
+  order (`simulator.simulate(priority=...)`).
+  """
+  record = _RECORD.get()
+  if record is not None:
+    record.priority = np.asarray(priority)
 
 
 def count_evaluations(number: int) -> None:

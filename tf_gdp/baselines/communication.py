@@ -2,20 +2,21 @@
 
 It mirrors the simulator's (`tf_gdp.cost.simulator`): a tensor (producer,
 output slot) needed on another device is sent once per destination device;
-a transfer takes latency + bytes / bandwidth and occupies its directed link,
-which carries one transfer at a time; a control edge costs the latency only
-and does not occupy the link.
+a transfer takes latency + bytes / bandwidth and occupies every channel of
+its route (a GPU's PCIe port, a switch uplink, an NVLink; without channel
+data, its directed pair), each carrying one transfer at a time; a control
+edge costs the latency only and occupies no channel.
 
 The textbook ETF and HEFT assume links of unlimited capacity (every
 transfer overlaps every other). On this simulator that is badly wrong for
 big graphs: contention-free m-ETF moved 51 GB over the 12 GPU links of
 p100x4 for GNMT-8 and planned a 0.28 s step that simulated at 1.06 s. So the
-schedulers book transfers on links, as in contention-aware list scheduling
-(Sinnen and Sousa, "Communication contention in task scheduling", IEEE TPDS
-16(6), 2005): each link keeps the time it becomes free, a new transfer
-starts at max(producer end, link free) and is appended there (no insertion
-into earlier idle link time). `link_contention=False` restores the textbook
-model for comparison.
+schedulers book transfers on channels, as in contention-aware list
+scheduling (Sinnen and Sousa, "Communication contention in task
+scheduling", IEEE TPDS 16(6), 2005): each channel keeps the time it becomes
+free, a new transfer starts at the latest of its producer's end and its
+channels' free times and is appended there (no insertion into earlier idle
+time). `link_contention=False` restores the textbook model for comparison.
 
 Also here: the static priorities (longest path to an exit with mean op and
 mean communication times), shared by ETF's tie-break and HEFT's upward rank.
@@ -84,20 +85,36 @@ def _longest_path_to_exit(order, out_ptr, out_edges, edge_dst, op_time,
   return level
 
 
+def channel_state(tables, in_ptr: np.ndarray) -> tuple:
+  """The bookings `arrival_time` plans on, for one schedule (mutable).
+
+  (free time per channel, route_ptr, route_channels, and an undo log of
+  channel and time arrays sized for one op's tentative bookings), from the
+  simulator's `DeviceTables`.
+  """
+  max_in = int(np.max(np.diff(in_ptr), initial=0))
+  max_route = int(np.max(np.diff(tables.route_ptr), initial=0))
+  size = max(max_in * max_route, 1)
+  return (np.zeros(tables.num_channels, np.float64), tables.route_ptr,
+          tables.route_channels, np.empty(size, np.int64),
+          np.empty(size, np.float64))
+
+
 @compiled.jit
 def arrival_time(v, j, commit, contention, in_ptr, in_edges, edge_src,
                  is_data, edge_tensor, nbytes, device, finish, latency,
-                 bytes_per_us, link_free, arrival, scratch):
+                 bytes_per_us, channels, arrival):
   """When every input of op v is on device j (all producers scheduled).
 
-  With `contention`, a tensor not yet sent to j is booked on its link after
-  the link's earlier bookings; `commit` records the bookings (link_free,
-  arrival[tensor, j]), otherwise they are only tentative (in `scratch`,
-  float[d]). Without contention each transfer starts when its producer ends.
+  With `contention`, a tensor not yet sent to j is booked on its route's
+  channels after their earlier bookings; `commit` keeps the bookings
+  (channel free times, arrival[tensor, j]), otherwise they are tentative
+  and undone before returning. Without contention each transfer starts when
+  its producer ends. `channels` is a `channel_state`.
   """
-  d = link_free.shape[0]
-  for a in range(d):
-    scratch[a] = link_free[a, j]
+  chan_free, route_ptr, route_channels, undo_channel, undo_time = channels
+  d = latency.shape[0]
+  num_undo = 0
   ready = 0.0
   for k in range(in_ptr[v], in_ptr[v + 1]):
     e = in_edges[k]
@@ -113,16 +130,24 @@ def arrival_time(v, j, commit, contention, in_ptr, in_edges, edge_src,
         t = arrival[ti, j]
       else:
         begin = finish[u]
-        if contention and scratch[du] > begin:
-          begin = scratch[du]
+        l = du * d + j
+        if contention:
+          for r in range(route_ptr[l], route_ptr[l + 1]):
+            if chan_free[route_channels[r]] > begin:
+              begin = chan_free[route_channels[r]]
         t = begin + latency[du, j] + nbytes[e] / bytes_per_us[du, j]
         if contention:
-          scratch[du] = t
+          for r in range(route_ptr[l], route_ptr[l + 1]):
+            c = route_channels[r]
+            if not commit:
+              undo_channel[num_undo] = c
+              undo_time[num_undo] = chan_free[c]
+              num_undo += 1
+            chan_free[c] = t
         if commit:
           arrival[ti, j] = t
     if t > ready:
       ready = t
-  if commit and contention:
-    for a in range(d):
-      link_free[a, j] = scratch[a]
+  for i in range(num_undo - 1, -1, -1):
+    chan_free[undo_channel[i]] = undo_time[i]
   return ready

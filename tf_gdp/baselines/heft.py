@@ -17,8 +17,9 @@ scheduling for heterogeneous computing", IEEE TPDS 13(3), 2002. Two phases:
    earlier).
 
 Communication follows `communication`: a tensor is sent once per device
-and, unless `link_contention=False`, transfers are booked on their links
-one after another (the arrival times the finish times are computed from).
+and, unless `link_contention=False`, transfers are booked on their routes'
+channels one after another (the arrival times the finish times are
+computed from).
 
 Constraints, as in the other baselines: only devices the op's colocation
 group may use; the group's first op binds the group to its device; and a
@@ -60,17 +61,19 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       communication.mean_edge_times(view, np.arange(view.num_devices),
                                     is_data, nbytes))
   order = np.lexsort((plan.rank, -upward)).astype(np.int64)
-  device, finish, failed = _heft(
+  device, start, finish, failed = _heft(
       order, plan.in_ptr, plan.in_edges, plan.edge_src, is_data, edge_tensor,
       nbytes, plan.tensor_bytes.shape[0],
       np.ascontiguousarray(tables.duration_us), allowed, tables.latency_us,
       tables.bytes_per_us, view.group_of.astype(np.int64), model.need,
-      model.budget, max(1, int(insertion_window)), bool(link_contention))
+      model.budget, max(1, int(insertion_window)), bool(link_contention),
+      communication.channel_state(tables, plan.in_ptr))
   if failed >= 0:
     raise common.no_room_error(
         view, model, int(view.group_of[failed]),
         list_scheduler.reserved_memory(view, model, device))
   common.note("scheduled_makespan_us", round(float(finish.max(initial=0.0)), 3))
+  common.note_priority(start)  # each device runs its ops by planned start
   return device.astype(np.int32)
 
 
@@ -106,17 +109,16 @@ def _slot(starts, ends, j, count, ready, duration, max_scan):
 @compiled.jit
 def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
           num_tensors, duration, allowed, latency, bytes_per_us, group_of,
-          need, budget, max_scan, contention):
-  """Places ops in `order`; returns (device, finish, failed op or -1)."""
+          need, budget, max_scan, contention, channels):
+  """Places ops in `order`; returns (device, start, finish, failed op or -1)."""
   n = order.shape[0]
   d = duration.shape[1]
   device = np.full(n, -1, np.int64)
+  start_at = np.zeros(n, np.float64)
   finish = np.zeros(n, np.float64)
   bound = np.full(need.shape[0], -1, np.int64)
   used = np.zeros(d, np.float64)
-  link_free = np.zeros((d, d), np.float64)
   arrival = np.full((max(num_tensors, 1), d), -1.0)
-  scratch = np.zeros(d, np.float64)
   cap = max(n, 1)
   starts = np.empty((d, cap), np.float64)
   ends = np.empty((d, cap), np.float64)
@@ -137,8 +139,7 @@ def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
         continue
       ready = arrival_time(v, j, False, contention, in_ptr, in_edges,
                            edge_src, is_data, edge_tensor, nbytes, device,
-                           finish, latency, bytes_per_us, link_free, arrival,
-                           scratch)
+                           finish, latency, bytes_per_us, channels, arrival)
       start, pos = _slot(starts, ends, j, count[j], ready, duration[v, j],
                          max_scan)
       if start + duration[v, j] < best_finish:
@@ -147,11 +148,11 @@ def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
         best_finish = start + duration[v, j]
         best_pos = pos
     if best_j < 0:
-      return device, finish, v
+      return device, start_at, finish, v
     j = best_j
     arrival_time(v, j, True, contention, in_ptr, in_edges, edge_src, is_data,
                  edge_tensor, nbytes, device, finish, latency, bytes_per_us,
-                 link_free, arrival, scratch)
+                 channels, arrival)
     for i in range(count[j], best_pos, -1):
       starts[j, i] = starts[j, i - 1]
       ends[j, i] = ends[j, i - 1]
@@ -159,8 +160,9 @@ def _heft(order, in_ptr, in_edges, edge_src, is_data, edge_tensor, nbytes,
     ends[j, best_pos] = best_finish
     count[j] += 1
     device[v] = j
+    start_at[v] = best_start
     finish[v] = best_finish
     if bound[g] < 0:
       bound[g] = j
       used[j] += need[g]
-  return device, finish, -1
+  return device, start_at, finish, -1

@@ -13,7 +13,7 @@ i.e. the longest remaining path including mean communication, then
 topological rank, then device index). comm follows `communication`: 0 on
 one device, else latency plus bytes / bandwidth (latency only for a control
 edge), a tensor sent once per device, and (unless `link_contention=False`)
-each transfer booked on its link after the link's earlier transfers.
+each transfer booked on its route's channels after their earlier transfers.
 
 The m- (memory-constrained) rule: a device is a candidate for v only if it
 still has room for v's colocation group (`common.memory_model`); the first
@@ -59,7 +59,8 @@ def candidate_devices(view: common.GroupView) -> np.ndarray:
 
 def schedule(view: common.GroupView, model: common.MemoryModel, *,
              favorite_parent=None, link_contention: bool = True) -> tuple:
-  """Runs m-ETF; returns (op device int32[n], planned makespan us).
+  """Runs m-ETF; returns (op device int32[n], planned makespan us, list
+  order int64[n]: the step at which each op was scheduled).
 
   Raises InputError when some op's group fits on none of its devices.
   """
@@ -73,18 +74,19 @@ def schedule(view: common.GroupView, model: common.MemoryModel, *,
       communication.mean_edge_times(view, view.primary, is_data, nbytes))
   if favorite_parent is None:
     favorite_parent = np.full(graph.num_nodes, -1, np.int64)
-  device, finish, failed = _etf(
+  device, finish, step, failed = _etf(
       plan.order, plan.rank, plan.in_ptr, plan.in_edges, plan.out_ptr,
       plan.out_edges, plan.edge_src, plan.edge_dst, is_data, edge_tensor,
       nbytes, plan.tensor_bytes.shape[0],
       np.ascontiguousarray(tables.duration_us),
       np.ascontiguousarray(candidate), tables.latency_us, tables.bytes_per_us,
       view.group_of.astype(np.int64), model.need, model.budget, priority,
-      np.asarray(favorite_parent, np.int64), bool(link_contention))
+      np.asarray(favorite_parent, np.int64), bool(link_contention),
+      communication.channel_state(tables, plan.in_ptr))
   if failed >= 0:
     raise common.no_room_error(view, model, int(view.group_of[failed]),
                                reserved_memory(view, model, device))
-  return device.astype(np.int32), float(finish.max(initial=0.0))
+  return device.astype(np.int32), float(finish.max(initial=0.0)), step
 
 
 def reserved_memory(view: common.GroupView, model: common.MemoryModel,
@@ -169,8 +171,8 @@ def _fits(v, j, device, group_of, bound, used, need, budget):
 def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
          edge_dst, is_data, edge_tensor, nbytes, num_tensors, duration,
          candidate, latency, bytes_per_us, group_of, need, budget, priority,
-         favorite_parent, contention):
-  """The ETF loop; returns (device, finish, failed op or -1).
+         favorite_parent, contention, channels):
+  """The ETF loop; returns (device, finish, list step, failed op or -1).
 
   Heap keys are lower bounds of an op's data-ready time (links only get
   busier), so a device's best candidate is found by re-evaluating the top
@@ -180,13 +182,12 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
   d = duration.shape[1]
   device = np.full(n, -1, np.int64)
   finish = np.zeros(n, np.float64)
+  step = np.full(n, -1, np.int64)
   bound = np.full(need.shape[0], -1, np.int64)
   used = np.zeros(d, np.float64)
   free_t = np.zeros(d, np.float64)
   last_op = np.full(d, -1, np.int64)
-  link_free = np.zeros((d, d), np.float64)
   arrival = np.full((max(num_tensors, 1), d), -1.0)
-  scratch = np.zeros(d, np.float64)
   pending = np.empty(n, np.int64)
   for v in range(n):
     pending[v] = in_ptr[v + 1] - in_ptr[v]
@@ -210,7 +211,7 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
                                      need, budget):
           a_size[j] = _push(a1, a2, a3, j, a_size[j], 0.0, -priority[v], r)
 
-  for _ in range(n):
+  for t in range(n):
     best_j = -1
     best_1 = 0.0
     best_2 = 0.0
@@ -235,7 +236,7 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
           ready = arrival_time(order[r], j, False, contention, in_ptr,
                                in_edges, edge_src, is_data, edge_tensor,
                                nbytes, device, finish, latency, bytes_per_us,
-                               link_free, arrival, scratch)
+                               channels, arrival)
           prio = b1[j, 0]
           if ready <= free_t[j]:
             found = True
@@ -254,8 +255,8 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
         r = a3[j, 0]
         ready = arrival_time(order[r], j, False, contention, in_ptr, in_edges,
                              edge_src, is_data, edge_tensor, nbytes, device,
-                             finish, latency, bytes_per_us, link_free,
-                             arrival, scratch)
+                             finish, latency, bytes_per_us, channels,
+                             arrival)
         if ready <= a1[j, 0]:
           found = True
           est = a1[j, 0]
@@ -274,8 +275,8 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
     if best_j < 0:
       for v in range(n):
         if pending[v] == 0 and device[v] < 0:
-          return device, finish, v
-      return device, finish, 0  # unreachable for a DAG
+          return device, finish, step, v
+      return device, finish, step, 0  # unreachable for a DAG
     j = best_j
     v = order[best_3]
     # The chosen op is the top of B (arrived) or of A on device j.
@@ -285,9 +286,10 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
       a_size[j] = _pop(a1, a2, a3, j, a_size[j])
     arrival_time(v, j, True, contention, in_ptr, in_edges, edge_src, is_data,
                  edge_tensor, nbytes, device, finish, latency, bytes_per_us,
-                 link_free, arrival, scratch)
+                 channels, arrival)
     g = group_of[v]
     device[v] = j
+    step[v] = t
     finish[v] = best_1 + duration[v, j]
     free_t[j] = finish[v]
     last_op[j] = v
@@ -313,8 +315,8 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
       if jf >= 0:
         ready = arrival_time(w, jf, False, contention, in_ptr, in_edges,
                              edge_src, is_data, edge_tensor, nbytes, device,
-                             finish, latency, bytes_per_us, link_free,
-                             arrival, scratch)
+                             finish, latency, bytes_per_us, channels,
+                             arrival)
         if ready <= free_t[jf]:
           b_size[jf] = _push(b1, b2, b3, jf, b_size[jf], -np.inf,
                              float(rank[w]), rank[w])
@@ -326,8 +328,8 @@ def _etf(order, rank, in_ptr, in_edges, out_ptr, out_edges, edge_src,
           continue
         ready = arrival_time(w, jw, False, contention, in_ptr, in_edges,
                              edge_src, is_data, edge_tensor, nbytes, device,
-                             finish, latency, bytes_per_us, link_free,
-                             arrival, scratch)
+                             finish, latency, bytes_per_us, channels,
+                             arrival)
         a_size[jw] = _push(a1, a2, a3, jw, a_size[jw], ready, -priority[w],
                            rank[w])
-  return device, finish, -1
+  return device, finish, step, -1

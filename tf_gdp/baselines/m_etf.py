@@ -27,7 +27,8 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   view = common.group_view(graph, topology)
   model = common.memory_model(view, activation_fraction=activation_fraction,
                               memory_headroom=memory_headroom)
-  placement, makespan = list_scheduler.schedule(
+  placement, makespan, order = list_scheduler.schedule(
       view, model, link_contention=link_contention)
   common.note("scheduled_makespan_us", round(makespan, 3))
+  common.note_priority(order)  # each device runs its ops in list order
   return placement

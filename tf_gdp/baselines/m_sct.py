@@ -71,10 +71,11 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   else:
     favorite = np.full(graph.num_nodes, -1, np.int64)
   common.note("favorite_edges", int((favorite >= 0).sum()))
-  placement, makespan = list_scheduler.schedule(
+  placement, makespan, order = list_scheduler.schedule(
       view, model, favorite_parent=favorite,
       link_contention=link_contention)
   common.note("scheduled_makespan_us", round(makespan, 3))
+  common.note_priority(order)  # each device runs its ops in list order
   return placement
 
 

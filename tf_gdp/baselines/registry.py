@@ -9,6 +9,9 @@ made through `common.simulate*`, checks the hard constraints (a baseline
 that breaks one has a bug: `InternalError`), and simulates the placement
 once more (not timed) to report its step time and any memory overflow:
 estimates can be wrong, and an overflow must show in the tables, not vanish.
+A list scheduler (m-ETF, m-SCT, HEFT) also returns the per-op order its own
+schedule runs ops in (`MethodResult.priority`), so that it can be judged
+both with the simulator's default order and as planned.
 """
 
 import dataclasses
@@ -17,6 +20,7 @@ import inspect
 import logging
 import time
 import types
+from typing import Optional
 
 import numpy as np
 
@@ -45,13 +49,18 @@ class MethodResult:
     search_seconds: wall-clock time of the method call.
     evaluations: simulator calls the method made (counted ones).
     info: method notes plus `simulated_step_time_us`, `peak_memory_bytes`
-      (per device), `memory_problems` (empty when everything fits).
+      (per device), `memory_problems` (empty when everything fits), and with
+      a plan `simulated_step_time_planned_us`.
+    priority: float or int [num_nodes], the order the method's own schedule
+      runs each device's ops in (lower first; `simulator.simulate`'s
+      `priority`), or None for methods that plan no order.
   """
   method: str
   placement: np.ndarray
   search_seconds: float
   evaluations: int
   info: dict
+  priority: Optional[np.ndarray] = None
 
 
 class _LazyMethod:
@@ -138,9 +147,14 @@ def run(name: str, graph: op_graph.OpGraph, topology: topology_lib.Topology,
   info.update(simulated_step_time_us=float(result.step_time_us),
               peak_memory_bytes=[int(b) for b in result.peak_memory_bytes],
               memory_problems=memory)
+  priority = record.priority
+  if priority is not None:
+    priority = _checked_priority(name, priority, graph)
+    info["simulated_step_time_planned_us"] = float(simulator.simulate(
+        graph, placement, topology, priority=priority).step_time_us)
   return MethodResult(method=name, placement=placement,
                       search_seconds=seconds, evaluations=record.evaluations,
-                      info=info)
+                      info=info, priority=priority)
 
 
 def _check_options(name: str, function, options: dict) -> None:
@@ -155,6 +169,17 @@ def _check_options(name: str, function, options: dict) -> None:
     raise errors.InputError(
         f"method {name!r} has no option(s) {', '.join(unknown)}; its "
         f"options: {', '.join(known) or 'none'}")
+
+
+def _checked_priority(name: str, priority, graph: op_graph.OpGraph):
+  """The planned order as a copy; InternalError if it is not [num_nodes]."""
+  array = np.array(priority)
+  if array.shape != (graph.num_nodes,) or not np.issubdtype(array.dtype,
+                                                             np.number):
+    raise common.InternalError(
+        f"method {name!r} planned an order of shape {array.shape} and dtype "
+        f"{array.dtype}; expected numbers [{graph.num_nodes}]")
+  return array
 
 
 def _checked(name: str, placement, graph: op_graph.OpGraph,

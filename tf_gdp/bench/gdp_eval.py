@@ -43,10 +43,14 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
   graph = loaded.graph
   topology = topology_lib.get(devices)
-  rows = [_row(r.method, r.step_time_us, r.valid, r.search_seconds, None)
-          for r in harness.bench_graph(loaded, label, devices,
-                                       harness.CLASSIC_METHODS, seed=seed,
-                                       progress=log)]
+  rows = []
+  for r in harness.bench_graph(loaded, label, devices,
+                               harness.CLASSIC_METHODS, seed=seed,
+                               progress=log):
+    rows.append(_row(r.method, r.step_time_us, r.valid, r.search_seconds, None))
+    if r.planned_valid is not None:  # a list scheduler, judged as planned too
+      rows.append(_row(f"{r.method}:planned", r.step_time_planned_us,
+                       r.planned_valid, r.search_seconds, None))
   found = hdp.search(graph, topology, seed=seed, budget=hdp_budget)
   rows.append(_row("hdp", *_judge(graph, found.placement, topology),
                    found.seconds, found.evaluations))

@@ -7,4 +7,5 @@ __all__ = []
 _package_api.install(
     globals(),
     modules=("device_names", "ensemble", "feasibility", "lower_bound",
-             "presets", "simulator", "simulator_reference", "topology"))
+             "presets", "sim_results", "simulator", "simulator_reference",
+             "topology"))

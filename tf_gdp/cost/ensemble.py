@@ -22,7 +22,9 @@ Member 0 is the nominal model itself; members 1..K-1 each draw, from
   GPUs. A member adds (L - 1) launches to every op priced at or above one
   launch; ops priced below one (no kernel, or host-side metadata ops such
   as Reshape on the GPU presets) are left alone.
-* Link bandwidth x U(0.5, 1.0), per directed device pair. The presets
+* Link bandwidth x U(0.5, 1.0), per directed device pair, or per shared
+  channel where the topology has them (a pair then gets its route's
+  slowest perturbed channel). The presets
   quote achieved pinned-memory copy rates (e.g. ~12 GB/s on PCIe 3.0 x16),
   an upper bound: pageable staging copies, shared ports and small tensors
   reach about half of it, and never more.
@@ -47,6 +49,7 @@ import numpy as np
 from grappler_bridge import hardware
 
 from tf_gdp import errors
+from tf_gdp.cost import interconnects
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -246,18 +249,33 @@ def _perturbed(graph, topology, launch_us, index, seed, ranges) -> Member:
                    launches * (launch_factor[kind] - 1.0) * launch_us[kind])
   bandwidth_factor = rng.uniform(*ranges.bandwidth, size=(d, d))
   latency_factor = rng.uniform(*ranges.latency, size=(d, d))
+  channel_factor = None
+  if topology.channel_gbps is not None:
+    # Shared channels carry the bandwidth: each gets its own factor, and a
+    # pair's bandwidth is its route's slowest perturbed channel.
+    channel_factor = rng.uniform(*ranges.bandwidth,
+                                 size=topology.channel_gbps.shape)
+    scaled = interconnects.slowest_channels(
+        topology.channel_gbps * channel_factor, topology.routes, d)
+    off = ~np.eye(d, dtype=bool)
+    bandwidth_factor = np.ones((d, d))
+    bandwidth_factor[off] = scaled[off] / topology.bandwidth_gbps[off]
   return Member(
       index=index, graph=graph.with_costs(costs),
-      topology=_perturbed_topology(topology, bandwidth_factor, latency_factor),
+      topology=_perturbed_topology(topology, bandwidth_factor, latency_factor,
+                                   channel_factor),
       op_factor=op_factor, launch_factor=launch_factor, launch_us=launch_us,
       bandwidth_factor=bandwidth_factor, latency_factor=latency_factor)
 
 
-def _perturbed_topology(topology, bandwidth_factor, latency_factor):
+def _perturbed_topology(topology, bandwidth_factor, latency_factor,
+                        channel_factor=None):
   """The topology with scaled links; a measured table scaled consistently."""
   latency = topology.latency_us * latency_factor
   changes = {"bandwidth_gbps": topology.bandwidth_gbps * bandwidth_factor,
              "latency_us": latency}
+  if channel_factor is not None:
+    changes["channel_gbps"] = topology.channel_gbps * channel_factor
   if topology.table_us is not None:
     fixed = topology.latency_us[:, :, None]
     changes["table_us"] = (latency[:, :, None] + (topology.table_us - fixed)

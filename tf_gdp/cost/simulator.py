@@ -13,22 +13,27 @@ The model, in the spirit of TensorFlow's executor:
   in-edges is satisfied on its device: a same-device producer has finished,
   or the tensor has arrived over a link. Among ready ops a device picks the
   one earliest in the graph's topological order (`OpGraph.topo_order`, which
-  breaks its own ties by node id), so schedules are deterministic. An op on
+  breaks its own ties by node id), so schedules are deterministic; a caller
+  may give its own per-op priority instead (lowest first, ties by that
+  order), e.g. a list scheduler's planned start times. An op on
   device `d` takes `costs[d.kind][op] / d.speed` microseconds; on a device
   whose kind the graph has no cost column for, the op's largest cost over the
   known kinds (pessimistic; such a placement is invalid anyway).
 * A tensor (producer, output slot) needed on another device is sent once per
-  destination device, however many ops there consume it. A transfer occupies
-  the directed link (src device -> dst device) for
-  `latency_us + bytes / (bandwidth_gbps * 1e3)` microseconds, or the
-  topology's measured link table when it has one (`Topology.transfer_us`);
-  a link carries
-  one transfer at a time, in the order the transfers became ready (the
-  producer's end time; ties by producer rank, then output slot, then by the
-  first consumer edge). A tensor's size on a link and on the receiver is the
-  largest `bytes` among its edges.
-* A cross-device control edge costs the link latency only and does not
-  occupy the link: TF sends a tiny dummy tensor whose copy is dominated by
+  destination device, however many ops there consume it. A transfer src ->
+  dst takes `latency_us + bytes / (bandwidth_gbps * 1e3)` microseconds, or
+  the topology's measured link table when it has one
+  (`Topology.transfer_us`), and occupies every channel of its route for that
+  time (a GPU's PCIe port per direction, a switch uplink, an NVLink: see
+  `topology`; without channel data, the directed pair alone). A channel
+  carries one transfer at a time. Transfers are tried in the order they
+  became ready (the producer's end time; ties by producer rank, then output
+  slot, then by the first consumer edge): each starts as soon as all its
+  channels are free, so a later transfer whose route is free may start
+  before an earlier one that waits. A tensor's size on a link and on the
+  receiver is the largest `bytes` among its edges.
+* A cross-device control edge costs the link latency only and occupies no
+  channel: TF sends a tiny dummy tensor whose copy is dominated by
   latency and which does not wait behind bulk DMA in practice. It moves no
   bytes and is not counted as a transfer.
 * Memory per device: the persistent `memory_bytes` of the ops placed there,
@@ -52,7 +57,8 @@ one device, and pinned devices (a pin constrains only the fields it names:
 of that task). Invalid placements are still simulated, so RL can shape its
 reward from their step time.
 
-The per-placement pass is `schedule_kernel.run`; device strings are parsed by
+The per-placement pass is `schedule_kernel.run`, its results are the types
+of `sim_results`; device strings are parsed by
 `device_names`; `simulator_reference.simulate_reference` is an independent,
 plain-Python implementation of the same model that tests check the compiled
 pass against.
@@ -61,93 +67,17 @@ pass against.
 import dataclasses
 import functools
 import weakref
-from typing import Optional
 
 import numpy as np
 
 from tf_gdp import errors
 from tf_gdp.cost import device_names
 from tf_gdp.cost import schedule_kernel
+from tf_gdp.cost import sim_results
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 
 _GIB = float(1 << 30)
-
-
-# ---- results ---------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-  """When each op and transfer ran (for Gantt charts and debugging).
-
-  Attributes:
-    op_device: int[n] device index per op (the placement).
-    op_start_us, op_end_us: float[n] start and end time per op.
-    transfer_node: int[x] producer op of each transfer.
-    transfer_output: int[x] output slot of the producer carried.
-    transfer_src_device, transfer_dst_device: int[x] the directed link.
-    transfer_bytes: int[x] bytes moved.
-    transfer_start_us, transfer_end_us: float[x] when the link carried it.
-  """
-  op_device: np.ndarray
-  op_start_us: np.ndarray
-  op_end_us: np.ndarray
-  transfer_node: np.ndarray
-  transfer_output: np.ndarray
-  transfer_src_device: np.ndarray
-  transfer_dst_device: np.ndarray
-  transfer_bytes: np.ndarray
-  transfer_start_us: np.ndarray
-  transfer_end_us: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
-class SimResult:
-  """Outcome of simulating one placement.
-
-  Attributes:
-    step_time_us: when the last op or transfer finished.
-    device_busy_us: float[d] total op time per device.
-    peak_memory_bytes: int[d] peak of persistent + live bytes per device.
-    transfer_bytes: total bytes moved between devices.
-    num_transfers: number of tensor transfers (control signals excluded).
-    valid: memory fits (when checked) and all hard constraints hold.
-    reason: why the placement is invalid (problems joined by "; "), or None.
-    schedule: per-op and per-transfer times when `record_schedule=True`.
-  """
-  step_time_us: float
-  device_busy_us: np.ndarray
-  peak_memory_bytes: np.ndarray
-  transfer_bytes: int
-  num_transfers: int
-  valid: bool
-  reason: Optional[str] = None
-  schedule: Optional[Schedule] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchSimResult:
-  """Outcomes of B placements of one graph, as arrays (first axis = B).
-
-  Attributes:
-    step_time_us: float[B].
-    device_busy_us: float[B, d].
-    peak_memory_bytes: int[B, d].
-    transfer_bytes: int[B].
-    num_transfers: int[B].
-    fits_memory: bool[B], every device's peak fits its capacity.
-    satisfies_constraints: bool[B], kinds, colocation and pins hold.
-    valid: bool[B], both of the above (memory only when checked).
-  """
-  step_time_us: np.ndarray
-  device_busy_us: np.ndarray
-  peak_memory_bytes: np.ndarray
-  transfer_bytes: np.ndarray
-  num_transfers: np.ndarray
-  fits_memory: np.ndarray
-  satisfies_constraints: np.ndarray
-  valid: np.ndarray
 
 
 # ---- per-graph and per-(graph, topology) precomputation ----------------------
@@ -202,6 +132,12 @@ class SimulatorPlan:
   tables: "weakref.WeakKeyDictionary" = dataclasses.field(
       default_factory=weakref.WeakKeyDictionary, repr=False)
 
+  @functools.cached_property
+  def index32(self) -> dict:
+    """The index arrays the compiled pass reads, as int32 (cached)."""
+    return {name: getattr(self, name).astype(np.int32)
+            for name in schedule_kernel.INDEX_FIELDS}
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class DeviceTables:
@@ -213,6 +149,8 @@ class DeviceTables:
     bytes_per_us: float[d, d] link bandwidth in bytes per microsecond.
     table_bytes: float[k] sizes of the measured link table (k = 0: none).
     table_us: float[d, d, k] measured link times at those sizes.
+    num_channels, route_ptr, route_channels: the channels each directed pair
+      occupies (`Topology.channel_routes`).
     kind_ok: bool[n, d] the op may run on the device's kind.
     pin_ok: bool[n, d] the device matches the op's pinned device (if any).
     capacity_bytes: int[d] device memory.
@@ -222,6 +160,9 @@ class DeviceTables:
   bytes_per_us: np.ndarray
   table_bytes: np.ndarray
   table_us: np.ndarray
+  num_channels: int
+  route_ptr: np.ndarray
+  route_channels: np.ndarray
   kind_ok: np.ndarray
   pin_ok: np.ndarray
   capacity_bytes: np.ndarray
@@ -335,12 +276,15 @@ def _build_tables(graph: op_graph.OpGraph,
     table_bytes, table_us = np.zeros(0), np.zeros((d, d, 0))
   else:
     table_bytes, table_us = topology.table_bytes, topology.table_us
+  num_channels, route_ptr, route_channels = topology.channel_routes()
   return DeviceTables(
       duration_us=np.ascontiguousarray(duration),
       latency_us=np.ascontiguousarray(topology.latency_us, np.float64),
       bytes_per_us=bandwidth,
       table_bytes=np.ascontiguousarray(table_bytes, np.float64),
-      table_us=np.ascontiguousarray(table_us, np.float64), kind_ok=kind_ok, pin_ok=pin_ok,
+      table_us=np.ascontiguousarray(table_us, np.float64),
+      num_channels=int(num_channels), route_ptr=route_ptr,
+      route_channels=route_channels, kind_ok=kind_ok, pin_ok=pin_ok,
       capacity_bytes=topology.memory_bytes)
 
 
@@ -349,7 +293,8 @@ def _build_tables(graph: op_graph.OpGraph,
 
 def simulate(graph: op_graph.OpGraph, placement,
              topology: topology_lib.Topology, *, check_memory: bool = True,
-             record_schedule: bool = False) -> SimResult:
+             record_schedule: bool = False,
+             priority=None) -> sim_results.SimResult:
   """Simulates one step of `graph` placed by `placement` on `topology`.
 
   Args:
@@ -359,17 +304,22 @@ def simulate(graph: op_graph.OpGraph, placement,
     check_memory: whether exceeding a device's memory makes it invalid
       (the peak is tracked either way).
     record_schedule: also return every op's and transfer's start/end time.
+    priority: optional int or float [num_nodes]; among ready ops a device
+      runs the lowest first (ties by topological order). None: topological
+      order.
 
   Returns:
     A `SimResult`; invalid placements are simulated too (valid=False).
 
   Raises:
-    InputError: the placement has the wrong shape or names no device.
+    InputError: the placement or priority has the wrong shape, or the
+      placement names no device.
   """
   plan = prepare(graph)
   tables = device_tables(graph, topology)
   placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
-  out = schedule_kernel.run(placement, topology.num_devices,
+  out = schedule_kernel.run(placement.astype(np.int32), topology.num_devices,
+                            *ready_keys(plan, priority),
                             *schedule_kernel.arguments(plan, tables))
   (step, busy, peak, moved, count, op_start, op_end,
    x_tensor, x_src, x_dst, x_start, x_end) = out
@@ -379,14 +329,15 @@ def simulate(graph: op_graph.OpGraph, placement,
   schedule = None
   if record_schedule:
     x_tensor = x_tensor[:count]
-    schedule = Schedule(
+    schedule = sim_results.Schedule(
         op_device=placement.copy(), op_start_us=op_start, op_end_us=op_end,
         transfer_node=plan.tensor_src[x_tensor],
         transfer_output=plan.tensor_slot[x_tensor],
-        transfer_src_device=x_src[:count], transfer_dst_device=x_dst[:count],
+        transfer_src_device=x_src[:count].astype(np.int64),
+        transfer_dst_device=x_dst[:count].astype(np.int64),
         transfer_bytes=plan.tensor_bytes[x_tensor],
         transfer_start_us=x_start[:count], transfer_end_us=x_end[:count])
-  return SimResult(
+  return sim_results.SimResult(
       step_time_us=float(step), device_busy_us=busy, peak_memory_bytes=peak,
       transfer_bytes=int(moved), num_transfers=int(count),
       valid=not problems, reason="; ".join(problems) or None,
@@ -395,8 +346,12 @@ def simulate(graph: op_graph.OpGraph, placement,
 
 def simulate_batch(graph: op_graph.OpGraph, placements,
                    topology: topology_lib.Topology, *,
-                   check_memory: bool = True) -> BatchSimResult:
-  """Simulates B placements (int[B, num_nodes]); arrays, no reasons."""
+                   check_memory: bool = True,
+                   priority=None) -> sim_results.BatchSimResult:
+  """Simulates B placements (int[B, num_nodes]); arrays, no reasons.
+
+  `priority` ([num_nodes], shared by every row) is as in `simulate`.
+  """
   plan = prepare(graph)
   tables = device_tables(graph, topology)
   d = topology.num_devices
@@ -407,19 +362,48 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
   peak = np.empty((batch, d), np.int64)
   moved = np.empty(batch, np.int64)
   count = np.empty(batch, np.int64)
-  args = schedule_kernel.arguments(plan, tables)
+  args = ready_keys(plan, priority) + schedule_kernel.arguments(plan, tables)
+  narrow = placements.astype(np.int32)
   for b in range(batch):
     # A Python loop costs ~10 us per row against milliseconds of core time,
     # and spares compiling a second (batched) copy of the core.
     step[b], busy[b], peak[b], moved[b], count[b] = schedule_kernel.run(
-        placements[b], d, *args)[:5]
+        narrow[b], d, *args)[:5]
   fits = np.all(peak <= tables.capacity_bytes[None, :], axis=1)
   satisfied = constraints_hold(plan, tables, placements)
-  return BatchSimResult(
+  return sim_results.BatchSimResult(
       step_time_us=step, device_busy_us=busy, peak_memory_bytes=peak,
       transfer_bytes=moved, num_transfers=count, fits_memory=fits,
       satisfies_constraints=satisfied,
       valid=satisfied & fits if check_memory else satisfied)
+
+
+def ready_keys(plan: SimulatorPlan, priority=None) -> tuple:
+  """(ready_key int32[n], key_node int32[n]) for `schedule_kernel.run`.
+
+  A device's ready ops run in increasing `priority`, ties by topological
+  rank; None is the topological order itself. InputError on a bad shape or
+  a value that is not a finite number.
+  """
+  if priority is None:
+    return plan.index32["rank"], plan.index32["order"]
+  array = np.asarray(priority)
+  n = plan.num_nodes
+  if array.shape != (n,):
+    raise errors.InputError(
+        f"priority has shape {array.shape}; the graph has {n} nodes, so it "
+        f"must be [{n}]")
+  if array.size and (array.dtype == np.bool_ or
+                     not np.issubdtype(array.dtype, np.number)):
+    raise errors.InputError("priority must hold numbers")
+  if not np.issubdtype(array.dtype, np.integer):
+    array = array.astype(np.float64)
+    if not np.all(np.isfinite(array)):
+      raise errors.InputError("priority must be finite")
+  key_node = np.lexsort((plan.rank, array)).astype(np.int32)
+  ready_key = np.empty(n, np.int32)
+  ready_key[key_node] = np.arange(n, dtype=np.int32)
+  return ready_key, key_node
 
 
 def _check_placement(placement, n: int, d: int, ndim: int = 1) -> np.ndarray:

@@ -12,25 +12,31 @@ from tf_gdp.graph import op_graph
 
 
 def simulate_reference(graph: op_graph.OpGraph, placement,
-                       topology: topology_lib.Topology) -> dict:
+                       topology: topology_lib.Topology, priority=None) -> dict:
   """The same model written plainly (dicts, sets, heapq), for cross-checks.
 
-  Slow (pure Python); returns a dict with step_time_us, device_busy_us,
-  peak_memory_bytes, transfer_bytes, num_transfers, op_start_us, op_end_us.
+  Slow (pure Python); `priority` as in `simulator.simulate`. Returns a dict
+  with step_time_us, device_busy_us, peak_memory_bytes, transfer_bytes,
+  num_transfers, op_start_us, op_end_us, transfer_start_us, transfer_end_us
+  (per transfer, in the simulator's transfer order).
   """
   placement = [int(p) for p in placement]
-  return _ReferenceRun(graph, placement, topology).run()
+  priority = None if priority is None else list(priority)
+  return _ReferenceRun(graph, placement, topology, priority).run()
 
 
 class _ReferenceRun:
   """State of one reference simulation."""
 
-  def __init__(self, graph, placement, topology):
+  def __init__(self, graph, placement, topology, priority):
     self.graph = graph
     self.place = placement
     self.topo = topology
     n = graph.num_nodes
     self.rank = {int(v): r for r, v in enumerate(graph.topo_order)}
+    # A ready op's key on its device: (priority, rank), or rank alone.
+    self.key = {v: (r,) if priority is None else (priority[v], r)
+                for v, r in self.rank.items()}
     self.edges = [(int(s), int(t), int(b), int(o)) for s, t, b, o in zip(
         graph.edge_src, graph.edge_dst, graph.edge_bytes, graph.edge_output)]
     self.tensor_size = {}
@@ -71,8 +77,10 @@ class _ReferenceRun:
     self.busy = [0.0] * d
     self.ready = [[] for _ in range(d)]
     self.device_idle = [True] * d
-    self.link_queue = {}
-    self.link_idle = {}
+    self.waiting = []  # transfers in the order they became ready
+    self.busy_channels = set()
+    self.transfer_start = [0.0] * len(self.transfers)
+    self.transfer_end = [0.0] * len(self.transfers)
     self.events = []
     self.start = [0.0] * n
     self.end = [0.0] * n
@@ -90,7 +98,14 @@ class _ReferenceRun:
     self.peak[j] = max(self.peak[j], self.memory[j])
 
   def make_ready(self, v):
-    heapq.heappush(self.ready[self.place[v]], (self.rank[v], v))
+    heapq.heappush(self.ready[self.place[v]], (self.key[v], v))
+
+  def channels(self, x) -> set:
+    """The channels transfer x occupies: its route, or its directed pair."""
+    _, src_dev, dst_dev = self.transfers[x]
+    if self.topo.routes is None:
+      return {("pair", src_dev, dst_dev)}
+    return set(self.topo.routes[src_dev][dst_dev])
 
   def run(self) -> dict:
     for v in range(self.graph.num_nodes):
@@ -108,7 +123,9 @@ class _ReferenceRun:
     return {"step_time_us": now, "device_busy_us": self.busy,
             "peak_memory_bytes": self.peak, "transfer_bytes": self.moved,
             "num_transfers": len(self.transfers),
-            "op_start_us": self.start, "op_end_us": self.end}
+            "op_start_us": self.start, "op_end_us": self.end,
+            "transfer_start_us": self.transfer_start,
+            "transfer_end_us": self.transfer_end}
 
   def dispatch(self, now):
     for j in range(self.topo.num_devices):
@@ -121,16 +138,18 @@ class _ReferenceRun:
         self.alloc(j, int(self.graph.output_bytes[v]) +
                    int(self.graph.temp_bytes[v]))
         heapq.heappush(self.events, (now + took, 0, self.rank[v], v))
-    for link, waiting in self.link_queue.items():
-      if self.link_idle.get(link, True) and waiting:
-        x = waiting.pop(0)
-        self.link_idle[link] = False
-        key, src_dev, dst_dev = self.transfers[x]
-        size = self.tensor_size[key]
-        self.moved += size
-        self.alloc(dst_dev, size)
-        done = now + self.topo.transfer_us(src_dev, dst_dev, size)
-        heapq.heappush(self.events, (done, 1, x, x))
+    for x in list(self.waiting):  # oldest first; each starts if it can
+      if self.channels(x) & self.busy_channels:
+        continue
+      self.waiting.remove(x)
+      self.busy_channels |= self.channels(x)
+      key, src_dev, dst_dev = self.transfers[x]
+      size = self.tensor_size[key]
+      self.moved += size
+      self.alloc(dst_dev, size)
+      done = now + self.topo.transfer_us(src_dev, dst_dev, size)
+      self.transfer_start[x], self.transfer_end[x] = now, done
+      heapq.heappush(self.events, (done, 1, x, x))
 
   def on_op(self, now, v):  # pylint: disable=unused-argument
     j = self.place[v]
@@ -149,9 +168,9 @@ class _ReferenceRun:
       elif o < 0:
         arrive = now + float(self.topo.latency_us[j, self.place[t]])
         heapq.heappush(self.events, (arrive, 2, e, t))
-    for x, (key, src_dev, dst_dev) in enumerate(self.transfers):
+    for x, (key, _, _) in enumerate(self.transfers):
       if key[0] == v:
-        self.link_queue.setdefault((src_dev, dst_dev), []).append(x)
+        self.waiting.append(x)
 
   def release_input(self, s, slot, j):
     if self.place[s] == j:
@@ -165,8 +184,8 @@ class _ReferenceRun:
       self.memory[j] -= self.tensor_size[(s, slot)]
 
   def on_transfer(self, now, x):  # pylint: disable=unused-argument
-    key, src_dev, dst_dev = self.transfers[x]
-    self.link_idle[(src_dev, dst_dev)] = True
+    key, _, dst_dev = self.transfers[x]
+    self.busy_channels -= self.channels(x)
     for e in self.consumers[key]:
       t = self.edges[e][1]
       if self.place[t] == dst_dev:

@@ -3,19 +3,31 @@
 A topology names each device (a TF device string), its kind (whose cost
 column of the op graph prices its ops), a speed factor and a memory capacity,
 and for every ordered pair of devices the link bandwidth and latency. Presets
-describe real machines; custom clusters come from a JSON file:
+describe real machines (their wiring and sources: `interconnects`); custom
+clusters come from a JSON file:
 
   {"format": "tf-gdp-topology", "version": 1, "name": "my-box",
    "hardware": {"GPU": "v100", "CPU": "host_cpu"},
    "devices": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0",
                 "kind": "GPU", "memory_bytes": 34359738368, "speed": 1.0}, ...],
    "links": {"bandwidth_gbps": [[...], ...], "latency_us": [[...], ...],
-             "table_bytes": [...], "table_us": [[[...], ...], ...]}}
+             "table_bytes": [...], "table_us": [[[...], ...], ...],
+             "channels": [{"name": "GPU:0 PCIe out", "bandwidth_gbps": 12},
+                          ...],
+             "routes": [[[], ["GPU:0 PCIe out", "GPU:1 PCIe in"]], ...]}}
 
 `hardware` says which hardware spec priced each kind's op costs (see
 `grappler_bridge.hardware`), so a graph and a topology can be checked to
 agree. `bandwidth_gbps` is in GB/s (1e9 bytes per second), `latency_us` in
 microseconds; diagonal entries are ignored.
+
+Links are shared channels. A transfer src -> dst occupies every channel of
+its route `routes[src][dst]` (channel names) for its whole duration, and a
+channel carries one transfer at a time: a GPU's PCIe port in one direction,
+a PCIe switch's uplink, an NVLink. The pair's bandwidth is then its route's
+slowest channel (`bandwidth_gbps` may be left out; when given it must say
+the same). A file without `channels` and `routes` has one channel per
+directed pair: transfers between different pairs never wait for each other.
 
 A link costs `latency + bytes / bandwidth` unless the optional measured
 table is given (calibrated clusters): then `table_us[src][dst][i]` is the
@@ -37,32 +49,12 @@ from grappler_bridge import limits
 
 from tf_gdp import errors
 from tf_gdp import fileio
+from tf_gdp.cost import interconnects
 
 FORMAT = "tf-gdp-topology"
 VERSION = 1
 GIB = 1 << 30
 
-# --- link figures, with sources -------------------------------------------
-# PCIe 3.0 x16: 15.75 GB/s theoretical; ~12 GB/s achieved by cudaMemcpy with
-# pinned memory (NVIDIA bandwidthTest on P100/V100 hosts). Latency of a small
-# copy (launch + DMA setup) ~10 us.
-_PCIE3_GBPS, _PCIE3_LATENCY_US = 12.0, 10.0
-# PCIe 5.0 x16 (H100 hosts): 63 GB/s theoretical, ~50 GB/s achieved.
-_PCIE5_GBPS, _PCIE5_LATENCY_US = 50.0, 8.0
-# NVLink 2.0 on DGX-1V (8x V100, hybrid cube mesh): 25 GB/s per link per
-# direction; each GPU has 6 links to 4 neighbours (2 links to 2 of them).
-# Pairs without a direct link go over PCIe through the host.
-_NVLINK2_LINK_GBPS, _NVLINK_LATENCY_US = 25.0, 5.0
-# DGX-1 hybrid cube mesh: GPU i's direct NVLink neighbours (and link counts).
-_DGX1_NVLINK = {
-    0: {1: 1, 2: 1, 3: 2, 4: 2}, 1: {0: 1, 2: 2, 3: 1, 5: 2},
-    2: {0: 1, 1: 2, 3: 1, 6: 2}, 3: {0: 2, 1: 1, 2: 1, 7: 2},
-    4: {0: 2, 5: 1, 6: 1, 7: 2}, 5: {1: 2, 4: 1, 6: 2, 7: 1},
-    6: {2: 2, 4: 1, 5: 2, 7: 1}, 7: {3: 2, 4: 2, 5: 1, 6: 1},
-}
-# H100 SXM on DGX H100: NVLink 4 through NVSwitch, 450 GB/s per direction per
-# GPU, all-to-all; ~3 us latency for a small transfer.
-_NVSWITCH_GBPS, _NVSWITCH_LATENCY_US = 450.0, 3.0
 # Host memory available to the CPU device in the presets (a server host).
 _HOST_MEMORY = 256 * GIB
 
@@ -78,7 +70,11 @@ class Device:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Topology:
-  """Devices plus [d, d] link bandwidth (GB/s) and latency (us) matrices."""
+  """Devices, [d, d] link bandwidth (GB/s) and latency (us), and channels.
+
+  Without channel data (`contended` False) each directed pair is its own
+  channel; `channel_routes` gives the simulator either form as arrays.
+  """
   name: str
   devices: tuple
   bandwidth_gbps: np.ndarray
@@ -87,6 +83,11 @@ class Topology:
   # Optional measured link table: bytes [k] and times [d, d, k] (see above).
   table_bytes: Optional[np.ndarray] = None
   table_us: Optional[np.ndarray] = None
+  # Optional shared channels (see above): names [c], GB/s [c], and
+  # routes[src][dst], the channel indices a transfer src -> dst occupies.
+  channel_names: Optional[tuple] = None
+  channel_gbps: Optional[np.ndarray] = None
+  routes: Optional[tuple] = None
 
   def __post_init__(self):
     d = len(self.devices)
@@ -106,6 +107,7 @@ class Topology:
       off_diagonal = matrix[~np.eye(d, dtype=bool)]
       if not np.all(np.isfinite(off_diagonal)) or np.any(off_diagonal < 0):
         raise errors.InputError(f"{label} must be finite and >= 0")
+    self._check_channels()
     if d > 1 and np.any(self.bandwidth_gbps[~np.eye(d, dtype=bool)] <= 0):
       raise errors.InputError(
           f"topology {self.name!r}: every link needs a bandwidth > 0")
@@ -136,6 +138,34 @@ class Topology:
           raise errors.InputError(
               f"table_us[{i}][{j}] must be finite, non-decreasing and start "
               f"at or above the link latency ({self.latency_us[i, j]} us)")
+
+  def _check_channels(self):
+    given = [x is not None for x in (self.channel_names, self.channel_gbps,
+                                     self.routes)]
+    if any(given):
+      if not all(given):
+        raise errors.InputError(
+            "links need both channels and routes, or neither")
+      interconnects.check_channels(self.channel_names, self.channel_gbps,
+                                   self.routes, self.bandwidth_gbps)
+
+  @property
+  def contended(self) -> bool:
+    """Whether links share channels (else one channel per directed pair)."""
+    return self.routes is not None
+
+  def channel_routes(self) -> tuple:
+    """(number of channels, route_ptr int64[d*d + 1], route_channels int64[]).
+
+    The route of pair (src, dst) is
+    route_channels[route_ptr[src*d + dst]:route_ptr[src*d + dst + 1]];
+    without channel data, pair src -> dst is channel src*d + dst alone.
+    """
+    d = len(self.devices)
+    if self.routes is None:
+      return (d * d, np.arange(d * d + 1, dtype=np.int64),
+              np.arange(d * d, dtype=np.int64))
+    return (len(self.channel_names),) + interconnects.route_csr(self.routes)
 
   @property
   def num_devices(self) -> int:
@@ -182,40 +212,16 @@ class Topology:
 
 
 def _gpu_box(name: str, gpu_spec: str, count: int, gpu_memory: int,
-             gpu_links, host_gbps: float, host_latency: float) -> Topology:
-  """`count` GPUs plus the host CPU; `gpu_links(i, j)` -> (GB/s, us)."""
+             wiring: interconnects.Wiring) -> Topology:
+  """`count` GPUs plus the host CPU, linked by `wiring`'s channels."""
   devices = [Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU",
                     gpu_memory) for i in range(count)]
   devices.append(Device("/job:localhost/replica:0/task:0/device:CPU:0", "CPU",
                         _HOST_MEMORY))
-  d = count + 1
-  bandwidth = np.zeros((d, d))
-  latency = np.zeros((d, d))
-  for i in range(d):
-    for j in range(d):
-      if i == j:
-        continue
-      if i == count or j == count:
-        bandwidth[i, j], latency[i, j] = host_gbps, host_latency
-      else:
-        bandwidth[i, j], latency[i, j] = gpu_links(i, j)
-  return Topology(name, tuple(devices), bandwidth, latency,
-                  {"GPU": gpu_spec, "CPU": "host_cpu"})
-
-
-def _pcie(_i, _j):
-  return _PCIE3_GBPS, _PCIE3_LATENCY_US
-
-
-def _dgx1_nvlink(i, j):
-  links = _DGX1_NVLINK[i].get(j, 0)
-  if links:
-    return links * _NVLINK2_LINK_GBPS, _NVLINK_LATENCY_US
-  return _PCIE3_GBPS, _PCIE3_LATENCY_US
-
-
-def _nvswitch(_i, _j):
-  return _NVSWITCH_GBPS, _NVSWITCH_LATENCY_US
+  return custom(name, devices, None, wiring.latency_us,
+                {"GPU": gpu_spec, "CPU": "host_cpu"},
+                channels=list(zip(wiring.channel_names, wiring.channel_gbps)),
+                routes=wiring.routes)
 
 
 def _local_cpu_workers(count: int) -> Topology:
@@ -265,22 +271,27 @@ def _local_cpus(count: int) -> Topology:
 def local_gpus(count: int, gpu_spec: str, gpu_memory_bytes: int) -> Topology:
   """This process's `count` GPUs (all of hardware `gpu_spec`) plus its CPU.
 
-  GPU pairs are assumed to talk over PCIe 3.0: whether NVLink joins them is
-  not visible from TF, and PCIe is the conservative guess.
+  Each GPU is assumed to sit on its own PCIe 3.0 x16 port (its sends share
+  the port, and so do its receives): whether NVLink or a shared PCIe switch
+  joins them is not visible from TF, and own ports are the minimal guess.
   """
   return _gpu_box(f"local-gpus:{count}", gpu_spec, count, gpu_memory_bytes,
-                  _pcie, _PCIE3_GBPS, _PCIE3_LATENCY_US)
+                  interconnects.pcie(count))
 
 
+# Presets: two or four PCIe 3.0 GPUs (four: two per PCIe switch, sharing its
+# uplink), a DGX-1V and a DGX H100; figures, wiring and sources in
+# `interconnects`.
 _PRESETS = {
-    "p100x2": lambda: _gpu_box("p100x2", "p100", 2, 16 * GIB, _pcie,
-                               _PCIE3_GBPS, _PCIE3_LATENCY_US),
-    "p100x4": lambda: _gpu_box("p100x4", "p100", 4, 16 * GIB, _pcie,
-                               _PCIE3_GBPS, _PCIE3_LATENCY_US),
-    "v100x8": lambda: _gpu_box("v100x8", "v100", 8, 32 * GIB, _dgx1_nvlink,
-                               _PCIE3_GBPS, _PCIE3_LATENCY_US),
-    "h100x8": lambda: _gpu_box("h100x8", "h100", 8, 80 * GIB, _nvswitch,
-                               _PCIE5_GBPS, _PCIE5_LATENCY_US),
+    "p100x2": lambda: _gpu_box("p100x2", "p100", 2, 16 * GIB,
+                               interconnects.pcie(2)),
+    "p100x4": lambda: _gpu_box(
+        "p100x4", "p100", 4, 16 * GIB, interconnects.pcie(
+            4, gpus_per_switch=interconnects.PCIE_BOX_GPUS_PER_SWITCH)),
+    "v100x8": lambda: _gpu_box("v100x8", "v100", 8, 32 * GIB,
+                               interconnects.dgx1_v100()),
+    "h100x8": lambda: _gpu_box("h100x8", "h100", 8, 80 * GIB,
+                               interconnects.nvswitch(8)),
 }
 CPU_WORKERS = "cpu-workers"
 LOCAL_CPUS = "local-cpus"
@@ -341,7 +352,13 @@ def from_document(document) -> Topology:
                float(dev.get("speed", 1.0)))
         for dev in document["devices"])
     links = document["links"]
-    bandwidth = np.array(links["bandwidth_gbps"], np.float64)
+    channels = routes = None
+    if "channels" in links or "routes" in links:
+      channels = [(str(c["name"]), float(c["bandwidth_gbps"]))
+                  for c in links.get("channels", [])]
+      routes = links.get("routes")
+    bandwidth = (np.array(links["bandwidth_gbps"], np.float64)
+                 if channels is None or "bandwidth_gbps" in links else None)
     latency = np.array(links["latency_us"], np.float64)
     table_bytes = table_us = None
     if "table_bytes" in links or "table_us" in links:
@@ -355,8 +372,8 @@ def from_document(document) -> Topology:
   except (KeyError, TypeError, ValueError, AttributeError,
           OverflowError) as e:
     raise errors.InputError(f"malformed topology: {type(e).__name__}: {e}") from e
-  return Topology(name, devices, bandwidth, latency, hardware, table_bytes,
-                  table_us)
+  return custom(name, devices, bandwidth, latency, hardware, table_bytes,
+                table_us, channels=channels, routes=routes)
 
 
 def to_document(topology: Topology) -> dict:
@@ -365,6 +382,12 @@ def to_document(topology: Topology) -> dict:
   if topology.table_bytes is not None:
     links["table_bytes"] = topology.table_bytes.tolist()
     links["table_us"] = topology.table_us.tolist()
+  if topology.contended:
+    names = topology.channel_names
+    links["channels"] = [{"name": name, "bandwidth_gbps": float(gbps)}
+                         for name, gbps in zip(names, topology.channel_gbps)]
+    links["routes"] = [[[names[c] for c in route] for route in row]
+                       for row in topology.routes]
   return {
       "format": FORMAT, "version": VERSION, "name": topology.name,
       "hardware": dict(topology.hardware),
@@ -379,12 +402,62 @@ def save(topology: Topology, path: str) -> None:
 
 def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
            hardware: Optional[Mapping[str, str]] = None, table_bytes=None,
-           table_us=None) -> Topology:
-  """Builds a topology in code (tests, calibration)."""
+           table_us=None, *, channels=None, routes=None) -> Topology:
+  """Builds a topology in code (tests, calibration, presets).
+
+  Args:
+    name, devices, latency_us, hardware, table_bytes, table_us: as in the
+      file format.
+    bandwidth_gbps: [d, d]; None with channels: each route's slowest one.
+    channels: optional [(name, GB/s)] shared channels.
+    routes: with channels, routes[src][dst]: channel indices or names.
+  """
   as_array = lambda x: None if x is None else np.asarray(x, np.float64)
+  channel_names = channel_gbps = None
+  if channels is not None or routes is not None:
+    if channels is None or routes is None:
+      raise errors.InputError("links need both channels and routes, or neither")
+    channel_names = tuple(str(c[0]) for c in channels)
+    channel_gbps = np.array([float(c[1]) for c in channels], np.float64)
+    routes = interconnects.channel_indices(routes, channel_names)
+    if bandwidth_gbps is None:
+      bandwidth_gbps = interconnects.slowest_channels(channel_gbps, routes,
+                                                      len(devices))
+  elif bandwidth_gbps is None:
+    raise errors.InputError("links need bandwidth_gbps, or channels and routes")
   return Topology(name, tuple(devices), np.asarray(bandwidth_gbps, np.float64),
                   np.asarray(latency_us, np.float64), dict(hardware or {}),
-                  as_array(table_bytes), as_array(table_us))
+                  as_array(table_bytes), as_array(table_us), channel_names,
+                  channel_gbps, routes)
+
+
+def uncontended(topology: Topology) -> Topology:
+  """The same devices and pair links with one channel per directed pair.
+
+  Transfers between different pairs then never wait for each other; the
+  model of a topology without channel data, kept for comparisons.
+  """
+  if not topology.contended:
+    return topology
+  return custom(f"{topology.name} (uncontended)", topology.devices,
+                topology.bandwidth_gbps, topology.latency_us,
+                topology.hardware, topology.table_bytes, topology.table_us)
+
+
+def subset(topology: Topology, index: Sequence[int], name: str) -> Topology:
+  """`topology` restricted to the devices `index` (in that order)."""
+  pick = np.ix_(index, index)
+  table_us = None if topology.table_us is None else topology.table_us[pick]
+  kinds = {topology.devices[i].kind for i in index}
+  channels = routes = None
+  if topology.contended:
+    channels = list(zip(topology.channel_names, topology.channel_gbps))
+    routes = [[topology.routes[i][j] for j in index] for i in index]
+  return custom(
+      name, [topology.devices[i] for i in index],
+      topology.bandwidth_gbps[pick], topology.latency_us[pick],
+      {k: v for k, v in topology.hardware.items() if k in kinds},
+      topology.table_bytes, table_us, channels=channels, routes=routes)
 
 
 def _positive_int(value) -> int:
