@@ -46,10 +46,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed for randomized methods.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write all rows and settings here.")
 _SIGNATURE = graph_flags.define_signature(__name__)
 _ALLOW_SIDE_EFFECTS = cli_lib.define_allow_side_effects(__name__)
-_PROFILE = flags.DEFINE_bool(
-    "profile", True, "When a --devices topology is here (local-cpus:K, "
-    "cpu-workers:K), price a TensorFlow graph's ops by a profile on it (a few "
-    "steps, cached) for every method alike; --noprofile: the roofline.")
+_PROFILE = graph_flags.define_profile(__name__)
 
 
 def _profiled(loaded, devices: str):

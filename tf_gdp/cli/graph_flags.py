@@ -18,3 +18,12 @@ def define_graph(module_name: str) -> flags.FlagHolder:
       "'rnnlm2:batch=8'), a graph file (.json/.pb/.pbtxt, SavedModel dir) or "
       "a generated graph ('layered:N', 'cells:N').", required=True,
       module_name=module_name)
+
+
+def define_profile(module_name: str) -> flags.FlagHolder:
+  """`--profile`: price TF graphs by a profile on devices that are here."""
+  return flags.DEFINE_bool(
+      "profile", True, "When the devices are here (local-cpus:K, "
+      "cpu-workers:K), price a TensorFlow graph's ops by a profile on them (a "
+      "few steps, cached; every method alike); --noprofile keeps the roofline "
+      "costs.", module_name=module_name)

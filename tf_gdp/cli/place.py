@@ -61,10 +61,7 @@ _ROBUST_MEMBERS = flags.DEFINE_integer(
     "median and worst-case ratio to one device (0: off).", lower_bound=0)
 _ROBUST_OBJECTIVE = cli_lib.define_robust_objective(__name__)
 _SIGNATURE = graph_flags.define_signature(__name__)
-_PROFILE = flags.DEFINE_bool(
-    "profile", True, "When the devices are here (local-cpus:K, cpu-workers:K),"
-    " price a TensorFlow graph's ops by a profile on them (a few steps, "
-    "cached); --noprofile keeps the roofline costs.")
+_PROFILE = graph_flags.define_profile(__name__)
 _CONFIRM = flags.DEFINE_bool(
     "confirm", True, "When the devices can be timed here (cpu-workers:K), "
     "measure the placement, the best compared baselines and one device "
