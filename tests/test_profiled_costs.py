@@ -7,9 +7,11 @@ import pytest
 
 from tf_gdp import graph_specs
 from tf_gdp import place_batch
+from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import generators
 from tf_gdp.runtime import calibrate
+from tf_gdp.runtime import measure
 from tf_gdp.runtime import profiled_costs
 
 
@@ -49,8 +51,9 @@ def test_a_profile_is_stored_times_the_device_speed(train_step_saved_model,
   base = topology_lib.get("local-cpus:2")
   names = list(loaded.graph.node_names)
   monkeypatch.setattr(
-      "tf_gdp.runtime.measure.profile_op_times",
-      lambda extracted, target, **kwargs: {names[0]: 10.0, names[1]: 4.0})
+      "tf_gdp.runtime.measure.profile",
+      lambda extracted, target, **kwargs: measure.OpProfile(
+          {names[0]: 10.0, names[1]: 4.0}, step_time_us=14.0))
   fast = topology_lib.custom(
       base.name, [topology_lib.Device(d.name, d.kind, d.memory_bytes, 2.5)
                   for d in base.devices],
@@ -60,6 +63,29 @@ def test_a_profile_is_stored_times_the_device_speed(train_step_saved_model,
   assert info["profiled_ops"] == 2
   assert graph.costs["CPU"][0] == pytest.approx(25.0)
   assert graph.costs["CPU"][1] == pytest.approx(10.0)
+
+
+def test_the_executor_time_between_ops_is_shared_out(train_step_saved_model,
+                                                     monkeypatch):
+  loaded = graph_specs.load(train_step_saved_model, devices="local-cpus:2")
+  names = list(loaded.graph.node_names)
+  # 14 us of ops in a 20 us step, 2 us of it the step's fixed cost: 2 us per op.
+  monkeypatch.setattr(
+      "tf_gdp.runtime.measure.profile",
+      lambda extracted, target, **kwargs: measure.OpProfile(
+          {names[0]: 10.0, names[1]: 4.0}, step_time_us=20.0))
+  base = topology_lib.get("local-cpus:2")
+  topology = topology_lib.custom(
+      base.name, base.devices, base.bandwidth_gbps, base.latency_us,
+      base.hardware, runtime=runtime_costs.RuntimeCosts(
+          step_overhead_us=(2.0, 3.0)))
+  graph, info = profiled_costs.profiled_graph(
+      loaded.graph, loaded.extracted, topology, use_cache=False)
+  assert info["executor_gap_us"] == pytest.approx(2.0)
+  assert graph.costs["CPU"][0] == pytest.approx(12.0)
+  assert graph.costs["CPU"][1] == pytest.approx(6.0)
+  # Ops that overlap (their sum exceeds the step) get nothing added.
+  assert profiled_costs.executor_gap_us({"a": 10.0, "b": 10.0}, 12.0) == 0.0
 
 
 def test_graphs_that_cannot_be_profiled_keep_their_costs(tmp_path):

@@ -116,3 +116,29 @@ def test_reports_say_where_link_figures_come_from():
       guessed.latency_us, guessed.hardware, table_bytes=[1024],
       table_us=np.full((5, 5, 1), 400.0))
   assert topology.link_source(measured) == "measured"
+
+
+def test_runtime_costs_round_trip_and_bad_ones_are_refused(tmp_path):
+  runtime = {"step_overhead_us": [500.0, 1100.0], "control_transfers": True,
+             "transfer_cpu_us": [40.0, 120.0],
+             "executor_order": "last_ready_first"}
+  path = tmp_path / "runtime.json"
+  path.write_text(json.dumps(_document(runtime=runtime)))
+  topo = topology.get(str(path))
+  assert topo.runtime.step_overhead(1) == 500.0
+  assert topo.runtime.step_overhead(2) == 1100.0
+  assert topology.to_document(topo)["runtime"] == runtime
+  subset = topology.subset(topo, [1], "one")
+  assert subset.runtime == topo.runtime
+  # Presets and files without the object keep the defaults, and say nothing.
+  assert topology.get("p100x4").runtime.is_default
+  assert "runtime" not in topology.to_document(topology.get("p100x4"))
+  for bad, message in (
+      ({"step_overhead_us": [1.0]}, "one device, several devices"),
+      ({"transfer_cpu_us": [-1.0, 0.0]}, ">= 0 us"),
+      ({"executor_order": "random"}, "executor_order must be one of"),
+      ({"control_transfers": "yes"}, "true or false"),
+      ({"overhead": 3}, "unknown fields")):
+    path.write_text(json.dumps(_document(runtime={**runtime, **bad})))
+    with pytest.raises(errors.InputError, match=message):
+      topology.get(str(path))

@@ -46,10 +46,14 @@ import numpy as np
 from scipy import stats
 
 from tf_gdp import fileio
+from tf_gdp.bench import agreement_methods
 from tf_gdp.bench import agreement_placements
+from tf_gdp.bench import keras_app_graphs
 from tf_gdp.bench import real_graphs
 from tf_gdp.cost import topology as topology_lib
-from tf_gdp.runtime import calibrate
+from tf_gdp.runtime import calibrate_runtime
+
+_BUILDERS = {**real_graphs.BUILDERS, **keras_app_graphs.BUILDERS}
 
 _DEVICES = "cpu-workers:2"
 
@@ -72,7 +76,8 @@ def _summary(predicted, measured) -> dict:
 def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
               rounds: int, aggregate: str, num_random: int, profiled: bool,
               compare_rewrites: bool, seed: int, step_overhead: dict,
-              log=print) -> dict:
+              methods=agreement_methods.DEFAULT_METHODS,
+              gdp_budget_seconds: float = 60.0, log=print) -> dict:
   """All placements of one graph: predictions and measurements."""
   from grappler_bridge import costs  # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
@@ -82,11 +87,11 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
   from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
 
-  extracted = extract.from_function(real_graphs.BUILDERS[name]())
+  extracted = extract.from_function(_BUILDERS[name]())
   roofline_graph = graph_specs.op_graph_from_extracted(
       extracted, name=name, devices=_DEVICES)
   variants = {"roofline": (roofline_graph, topo)}
-  profile_coverage = None
+  profile_coverage = profile = None
   if profiled:
     profile = measure.profile_op_times(extracted, cluster, repeats=5)
     document = costs.op_graph_document(
@@ -99,9 +104,16 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
     profile_coverage = document["metadata"]["profile"]
   candidates = agreement_placements.placements(
       roofline_graph, topo.num_devices, num_random=num_random, seed=seed)
+  if methods or gdp_budget_seconds >= 0:
+    search_graph, search_topo = variants["profiled" if profiled
+                                         else "roofline"]
+    candidates.update(agreement_methods.method_placements(
+        search_graph, search_topo, methods=methods,
+        gdp_budget_seconds=gdp_budget_seconds, seed=seed, log=log))
   rows = []
   for label, placement in candidates.items():
     row = {"placement": label,
+           "devices": placement.astype(int).tolist(),
            "on_worker1": float(np.mean(placement == 1)),
            "round_medians_us": [], "reasons": []}
     overhead = step_overhead["one_worker_us" if np.all(
@@ -149,6 +161,7 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
          "edges": roofline_graph.num_edges, "rows": rows, "summary": summary,
          f"summary_{other}_of_rounds": summary_other,
          "profile_coverage": profile_coverage,
+         "profile_us": profile if profiled else None,
          "total_cost_us": {
              variant: float(graph.costs["CPU"].sum())
              for variant, (graph, _) in variants.items()}}
@@ -174,7 +187,8 @@ def _ms(us) -> str:
 
 def run(graph_names, *, repeats: int, warmup: int, rounds: int,
         aggregate: str, num_random: int, profiled: bool, compare_rewrites: bool,
-        seed: int) -> dict:
+        seed: int, methods=agreement_methods.DEFAULT_METHODS,
+        gdp_budget_seconds: float = 60.0) -> dict:
   from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
   topo = topology_lib.get(_DEVICES)
   calibrated = os.path.isfile(topology_lib.calibrated_path(2))
@@ -186,13 +200,14 @@ def run(graph_names, *, repeats: int, warmup: int, rounds: int,
   load_before = os.getloadavg()
   graphs = []
   with workers.CpuWorkerCluster(2) as cluster:
-    step_overhead = calibrate.measure_step_overhead(cluster)
+    step_overhead = calibrate_runtime.measure_step_overhead(cluster)
     for name in graph_names:
       graphs.append(run_graph(
           name, cluster, topo, repeats=repeats, warmup=warmup,
           rounds=rounds, aggregate=aggregate, num_random=num_random,
           profiled=profiled, compare_rewrites=compare_rewrites, seed=seed,
-          step_overhead=step_overhead))
+          step_overhead=step_overhead, methods=methods,
+          gdp_budget_seconds=gdp_budget_seconds))
   overall, overall_other = {}, {}
   other = "min" if aggregate == "median" else "median"
   for variant in graphs[0]["summary"]:
@@ -259,15 +274,17 @@ def format_table(result: dict) -> str:
 
 def main(argv):
   del argv
-  unknown = sorted(set(_GRAPHS.value) - set(real_graphs.BUILDERS))
+  unknown = sorted(set(_GRAPHS.value) - set(_BUILDERS))
   if unknown:
     sys.exit(f"error: unknown graph(s) {unknown}; known: "
-             f"{sorted(real_graphs.BUILDERS)}")
+             f"{sorted(_BUILDERS)}")
   result = run(_GRAPHS.value, repeats=_REPEATS.value, warmup=_WARMUP.value,
                rounds=_ROUNDS.value, aggregate=_AGGREGATE.value,
                num_random=_RANDOM.value,
                profiled=_PROFILED.value,
-               compare_rewrites=_COMPARE_REWRITES.value, seed=_SEED.value)
+               compare_rewrites=_COMPARE_REWRITES.value, seed=_SEED.value,
+               methods=_METHODS.value,
+               gdp_budget_seconds=_GDP_BUDGET.value)
   print(format_table(result))
   if _JSON_OUT.value:
     fileio.write_atomically(_JSON_OUT.value, json.dumps(result, indent=1))
@@ -299,5 +316,12 @@ if __name__ == "__main__":
       "compare_rewrites", True, "Also time the single-worker placement with "
       "Grappler's rewrites on and off, once per sweep.")
   _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random placements.")
+  _METHODS = flags.DEFINE_list(
+      "methods", list(agreement_methods.DEFAULT_METHODS),
+      "Baselines whose placements (searched on the profiled graph, as "
+      "`tf-gdp place` would) are timed beside the probe placements.")
+  _GDP_BUDGET = flags.DEFINE_float(
+      "gdp_budget_seconds", 60.0, "Also time GDP's zero-shot placement and, "
+      "when > 0, the one fine-tuned for this many seconds (negative: no GDP).")
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Where to write the JSON.")
   app.run(main)

@@ -50,6 +50,7 @@ from grappler_bridge import limits
 from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp.cost import interconnects
+from tf_gdp.cost import runtime_costs
 
 FORMAT = "tf-gdp-topology"
 VERSION = 1
@@ -88,6 +89,8 @@ class Topology:
   channel_names: Optional[tuple] = None
   channel_gbps: Optional[np.ndarray] = None
   routes: Optional[tuple] = None
+  # The runtime's own costs of a step (`runtime_costs`); none by default.
+  runtime: runtime_costs.RuntimeCosts = runtime_costs.RuntimeCosts()
 
   def __post_init__(self):
     d = len(self.devices)
@@ -369,11 +372,13 @@ def from_document(document) -> Topology:
                                 "or neither")
     hardware = {str(k): str(v) for k, v in document.get("hardware", {}).items()}
     name = str(document.get("name", "custom"))
+    runtime = (runtime_costs.from_document(document["runtime"])
+               if "runtime" in document else None)
   except (KeyError, TypeError, ValueError, AttributeError,
           OverflowError) as e:
     raise errors.InputError(f"malformed topology: {type(e).__name__}: {e}") from e
   return custom(name, devices, bandwidth, latency, hardware, table_bytes,
-                table_us, channels=channels, routes=routes)
+                table_us, channels=channels, routes=routes, runtime=runtime)
 
 
 def to_document(topology: Topology) -> dict:
@@ -388,12 +393,15 @@ def to_document(topology: Topology) -> dict:
                          for name, gbps in zip(names, topology.channel_gbps)]
     links["routes"] = [[[names[c] for c in route] for route in row]
                        for row in topology.routes]
-  return {
+  document = {
       "format": FORMAT, "version": VERSION, "name": topology.name,
       "hardware": dict(topology.hardware),
       "devices": [dataclasses.asdict(dev) for dev in topology.devices],
       "links": links,
   }
+  if not topology.runtime.is_default:
+    document["runtime"] = runtime_costs.to_document(topology.runtime)
+  return document
 
 
 def save(topology: Topology, path: str) -> None:
@@ -402,7 +410,8 @@ def save(topology: Topology, path: str) -> None:
 
 def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
            hardware: Optional[Mapping[str, str]] = None, table_bytes=None,
-           table_us=None, *, channels=None, routes=None) -> Topology:
+           table_us=None, *, channels=None, routes=None,
+           runtime: Optional[runtime_costs.RuntimeCosts] = None) -> Topology:
   """Builds a topology in code (tests, calibration, presets).
 
   Args:
@@ -411,6 +420,7 @@ def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
     bandwidth_gbps: [d, d]; None with channels: each route's slowest one.
     channels: optional [(name, GB/s)] shared channels.
     routes: with channels, routes[src][dst]: channel indices or names.
+    runtime: the runtime's own costs (`runtime_costs`; None: none).
   """
   as_array = lambda x: None if x is None else np.asarray(x, np.float64)
   channel_names = channel_gbps = None
@@ -428,7 +438,8 @@ def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
   return Topology(name, tuple(devices), np.asarray(bandwidth_gbps, np.float64),
                   np.asarray(latency_us, np.float64), dict(hardware or {}),
                   as_array(table_bytes), as_array(table_us), channel_names,
-                  channel_gbps, routes)
+                  channel_gbps, routes,
+                  runtime or runtime_costs.RuntimeCosts())
 
 
 def uncontended(topology: Topology) -> Topology:
@@ -441,7 +452,8 @@ def uncontended(topology: Topology) -> Topology:
     return topology
   return custom(f"{topology.name} (uncontended)", topology.devices,
                 topology.bandwidth_gbps, topology.latency_us,
-                topology.hardware, topology.table_bytes, topology.table_us)
+                topology.hardware, topology.table_bytes, topology.table_us,
+                runtime=topology.runtime)
 
 
 def subset(topology: Topology, index: Sequence[int], name: str) -> Topology:
@@ -457,7 +469,8 @@ def subset(topology: Topology, index: Sequence[int], name: str) -> Topology:
       name, [topology.devices[i] for i in index],
       topology.bandwidth_gbps[pick], topology.latency_us[pick],
       {k: v for k, v in topology.hardware.items() if k in kinds},
-      topology.table_bytes, table_us, channels=channels, routes=routes)
+      topology.table_bytes, table_us, channels=channels, routes=routes,
+      runtime=topology.runtime)
 
 
 def _positive_int(value) -> int:

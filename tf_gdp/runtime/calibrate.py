@@ -19,6 +19,9 @@ saves a topology file (`topology.calibrated_path(K)`), which
   the ones benchmarks use; each is timed on one worker, and the geometric
   mean of roofline / (measured - trivial step time) becomes every device's
   `speed`.
+* the runtime's own costs (`calibrate_runtime`): a step's fixed cost and
+  what a transfer takes from a busy worker's core, saved as the topology's
+  `runtime` (`cost.runtime_costs`).
 
 Run it as `tf-gdp calibrate --workers=2 [--compute]`.
 """
@@ -34,7 +37,9 @@ import numpy as np
 from scipy import optimize
 
 from tf_gdp import errors
+from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.runtime import calibrate_runtime
 
 # Transfer sizes: 1 KB .. 64 MB, x4 apart.
 DEFAULT_SIZES = tuple(1024 * 4 ** i for i in range(9))
@@ -200,38 +205,6 @@ def _ping_pong_graph(tf, src_device: str, dst_device: str, n: int):
                  "local": [ends["local"], dst_part]}
 
 
-def measure_step_overhead(cluster, *, repeats: int = 50,
-                          timeout_s: float = 60.0) -> Dict[str, float]:
-  """Median time of a trivial step on one worker and spanning all workers.
-
-  The simulator has no per-step cost; this says how much a real step pays
-  just to exist (client -> master -> workers RPCs).
-  """
-  from tf_gdp.runtime import placed_session  # pylint: disable=g-import-not-at-top
-  tf = _tf()
-  with tf.Graph().as_default() as graph:
-    ops = []
-    for device in cluster.device_names:
-      with tf.device(device):
-        ops.append(tf.identity(tf.constant(0.0)).op)
-  config = placed_session.session_config(timeout_s=timeout_s)
-  options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
-  result = {}
-  with tf.compat.v1.Session(cluster.target, graph=graph,
-                            config=config) as session:
-    for label, targets in (("one_worker_us", ops[:1]),
-                           ("all_workers_us", ops)):
-      for _ in range(3):
-        session.run(targets, options=options)
-      samples = []
-      for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(targets, options=options)
-        samples.append((time.perf_counter() - start) * 1e6)
-      result[label] = float(statistics.median(samples))
-  return result
-
-
 # ---- compute -----------------------------------------------------------------
 
 
@@ -289,8 +262,9 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
                   repeats: int = 7) -> Dict[str, Dict[str, float]]:
   """Roofline / measured time of each calibration graph on worker 0.
 
-  The simulator has no per-step cost, so `step_overhead_us` (a trivial
-  step's time, `measure_step_overhead`) is taken off the measured time
+  The simulator adds a step's fixed cost itself (the topology's runtime),
+  so `step_overhead_us` (a trivial step's time,
+  `calibrate_runtime.measure_step_overhead`) is taken off the measured time
   before the ratio.
   """
   from tf_gdp.runtime import measure as measure_lib  # pylint: disable=g-import-not-at-top
@@ -320,7 +294,9 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
 def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
                         speed: float = 1.0,
                         tables: Optional[Dict[tuple, Sequence[TransferPoint]]]
-                        = None) -> topology_lib.Topology:
+                        = None,
+                        runtime: Optional[runtime_costs.RuntimeCosts] = None
+                        ) -> topology_lib.Topology:
   """cpu-workers:K with measured links ((src, dst) -> fit) and speed.
 
   Pairs not measured get the mean latency and the harmonic-mean bandwidth
@@ -351,7 +327,8 @@ def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
   return topology_lib.custom(f"{topology_lib.CPU_WORKERS}:{num_workers}",
                              devices, bandwidth, latency,
                              hardware={"CPU": "local_cpu_core"},
-                             table_bytes=table_bytes, table_us=table_us)
+                             table_bytes=table_bytes, table_us=table_us,
+                             runtime=runtime)
 
 
 def _link_tables(num_workers: int,
@@ -426,7 +403,9 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
             measure_transfers(cluster, sizes, src=src, dst=dst))
       if round_index < rounds - 1:
         continue
-      report["step_overhead"] = measure_step_overhead(cluster)
+      report["step_overhead"] = calibrate_runtime.measure_step_overhead(
+          cluster)
+      report["transfer_cpu"] = calibrate_runtime.measure_transfer_cpu(cluster)
       if compute:
         report["compute"] = measure_speed(
             cluster,
@@ -458,7 +437,14 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
             for j in range(num_workers) if i != j}
   report["speed"] = speed
   report["load_after"] = os.getloadavg()
-  topo = calibrated_topology(num_workers, fits, speed, tables)
+  runtime = calibrate_runtime.measured_runtime_costs(report["step_overhead"],
+                                                     report["transfer_cpu"])
+  report["runtime"] = runtime_costs.to_document(runtime)
+  log(f"step overhead {runtime.step_overhead_us[0]:.0f} us on one worker, "
+      f"{runtime.step_overhead_us[1]:.0f} us on all; a transfer costs a busy "
+      f"sender {runtime.transfer_cpu_us[0]:.0f} us, a busy receiver "
+      f"{runtime.transfer_cpu_us[1]:.0f} us")
+  topo = calibrated_topology(num_workers, fits, speed, tables, runtime)
   topology_lib.save(topo, out_path)
   report["topology_path"] = out_path
   log(f"saved {out_path}")

@@ -203,15 +203,36 @@ def _timed_runs(extracted, placed, feeds, opened: targets.OpenTarget, *,
                      attempts=attempts)
 
 
-def profile_op_times(extracted: extract.ExtractedGraph,
-                     target,
-                     *,
-                     device: Optional[str] = None,
-                     example_args: Sequence[Any] = (),
-                     warmup: int = 2,
-                     repeats: int = 5,
-                     timeout_s: float = placed_session.DEFAULT_TIMEOUT_S,
-                     allow_side_effects: bool = False) -> Dict[str, float]:
+@dataclasses.dataclass(frozen=True)
+class OpProfile:
+  """A graph's ops timed on one device.
+
+  Attributes:
+    op_times_us: node name -> median traced time (us), for the nodes the
+      runtime reported.
+    step_time_us: median wall-clock time of the same step untraced, on the
+      same device: more than the ops' sum by the executor's own work
+      between ops and the step's fixed cost.
+  """
+  op_times_us: Dict[str, float]
+  step_time_us: float
+
+
+def profile_op_times(extracted: extract.ExtractedGraph, target,
+                     **kwargs) -> Dict[str, float]:
+  """Per-op times (us) of the whole graph on one device (`profile`'s)."""
+  return profile(extracted, target, **kwargs).op_times_us
+
+
+def profile(extracted: extract.ExtractedGraph,
+            target,
+            *,
+            device: Optional[str] = None,
+            example_args: Sequence[Any] = (),
+            warmup: int = 2,
+            repeats: int = 5,
+            timeout_s: float = placed_session.DEFAULT_TIMEOUT_S,
+            allow_side_effects: bool = False) -> OpProfile:
   """Per-op times (us) of the whole graph run on one device of `target`.
 
   The same runtime `measure` uses (so on cpu-workers the ops run on a
@@ -231,7 +252,8 @@ def profile_op_times(extracted: extract.ExtractedGraph,
     allow_side_effects: as for `measure`.
 
   Returns:
-    Node name -> median microseconds, for the nodes the runtime reported.
+    An `OpProfile`: per node the median microseconds (nodes the runtime
+    reported), and the untraced step's median time (`repeats` more steps).
 
   Raises:
     InputError: malformed arguments, or ops that reach outside the step
@@ -252,6 +274,7 @@ def profile_op_times(extracted: extract.ExtractedGraph,
         with placed_session.placed_session(extracted, placed, feeds, opened,
                                            timeout_s, False) as run:
           samples = run.steps(warmup, repeats, traced=True)
+          untraced = run.steps(0, repeats)
       except placed_session.Hung as e:
         targets.free_hung_workers(opened)
         raise RuntimeError(f"cannot profile: {e}") from e
@@ -262,8 +285,10 @@ def profile_op_times(extracted: extract.ExtractedGraph,
             f"cannot profile: {placed_session.describe_error(e)}") from e
   except targets.TargetUnavailable as e:
     raise RuntimeError(f"cannot profile: {e}") from e
-  return profiling.median_times(
-      samples, {node.name for node in extracted.graph_def.node})
+  return OpProfile(
+      op_times_us=profiling.median_times(
+          samples, {node.name for node in extracted.graph_def.node}),
+      step_time_us=float(statistics.median(untraced)))
 
 
 # ---- arguments ---------------------------------------------------------------

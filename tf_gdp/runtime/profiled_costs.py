@@ -7,9 +7,11 @@ looks for gains. So when the devices are here (this process's CPU devices,
 `local-cpus:K` or `local-gpus:K`; the `cpu-workers:K` cluster of this
 machine) and the graph is a TensorFlow graph, it is run on the first device
 of the target for a few steps
-with RunMetadata step stats (`measure.profile_op_times`), and each op is
-priced by its median time. Ops the runtime did not report keep their
-roofline cost; the returned info says how many of each.
+with RunMetadata step stats (`measure.profile`), and each op is priced by
+its median time plus its share of the executor's own time between ops (the
+untraced step less the traced ops, `executor_gap_us`). Ops the runtime did
+not report keep their roofline cost; the returned info says how many of
+each.
 
 A profile is measured on one device with the topology's speed factor already
 in it, so its times are stored multiplied by that device's speed: the
@@ -94,8 +96,8 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
                           "profile"}
   first = topology.devices[0]
   path = cache_path(graph, f"{target}:{first.name}")
-  profile, cached = _read_cache(path) if use_cache else (None, False)
-  if profile is None:
+  found, cached = _read_cache(path) if use_cache else (None, False)
+  if found is None:
     outside = side_effects.find(extracted.graph_def)
     if outside and not allow_side_effects:
       return graph, {"source": "roofline",
@@ -106,16 +108,21 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
     started = time.perf_counter()
     from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
     try:
-      profile = measure.profile_op_times(
+      found = measure.profile(
           extracted, target, repeats=repeats,
           device=first.name if target == targets.LOCAL else None,
           allow_side_effects=allow_side_effects)
     except RuntimeError as e:
       return graph, {"source": "roofline", "why": errors.first_line(e)}
-    _write_cache(path, profile, target, time.perf_counter() - started)
+    found = (found.op_times_us, found.step_time_us)
+    _write_cache(path, found, target, time.perf_counter() - started)
+  op_times, step_time = found
+  gap_us = executor_gap_us(op_times, step_time,
+                           topology.runtime.step_overhead_us[0])
   profiled = graph_specs.op_graph_from_extracted(
       extracted, name=graph.name, devices=topology, pinned=pinned,
-      profile={name: us * float(first.speed) for name, us in profile.items()},
+      profile={name: (us + gap_us) * float(first.speed)
+               for name, us in op_times.items()},
       profile_kind=first.kind,
       metadata={k: v for k, v in graph.metadata.items()
                 if k in ("model", "knobs")})
@@ -125,25 +132,43 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
                  "profiled_ops": int(counts.get("profiled_nodes", 0)),
                  "roofline_ops": int(counts.get("fallback_nodes",
                                                 graph.num_nodes)),
-                 "repeats": repeats}
+                 "executor_gap_us": gap_us, "repeats": repeats}
+
+
+def executor_gap_us(op_times_us: Mapping[str, float], step_time_us: float,
+                    step_overhead_us: float = 0.0) -> float:
+  """The executor's own time per op: what the step takes beyond its ops.
+
+  Traced op times cover each kernel; between kernels the executor
+  schedules, and on a one-thread worker that time is part of the step. The
+  untraced step's time, less the step's fixed cost and the ops' sum, spread
+  over the ops, is added to each profiled op's cost. Zero when ops overlap
+  (several threads or streams: the sum then exceeds the step).
+  """
+  if not op_times_us:
+    return 0.0
+  spare = step_time_us - step_overhead_us - sum(op_times_us.values())
+  return max(0.0, spare / len(op_times_us))
 
 
 def _read_cache(path: str):
+  """((op times, step time), True) from the cache, or (None, False)."""
   try:
     with open(path, encoding="utf-8") as f:
       document = json.load(f)
-    times = document["op_times_us"]
+    times, step = document["op_times_us"], float(document["step_time_us"])
     if isinstance(times, dict) and all(
         isinstance(v, (int, float)) for v in times.values()):
-      return {str(k): float(v) for k, v in times.items()}, True
+      return ({str(k): float(v) for k, v in times.items()}, step), True
   except (OSError, ValueError, KeyError, TypeError):
-    pass  # missing or unreadable: profile again
+    pass  # missing, unreadable or from before step times: profile again
   return None, False
 
 
-def _write_cache(path: str, profile: dict, target: str,
-                 seconds: float) -> None:
+def _write_cache(path: str, found, target: str, seconds: float) -> None:
+  op_times, step_time = found
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fileio.write_atomically(path, json.dumps(
       {"target": target, "date": time.strftime("%Y-%m-%d %H:%M"),
-       "seconds": round(seconds, 2), "op_times_us": profile}))
+       "seconds": round(seconds, 2), "step_time_us": step_time,
+       "op_times_us": op_times}))

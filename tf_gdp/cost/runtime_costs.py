@@ -1,0 +1,102 @@
+"""What a TensorFlow runtime adds to a step beyond its ops and its links.
+
+Op costs and link times price the work; a real runtime also charges for
+running the step at all, for its control dependencies across devices and,
+where a device's core also runs the RPC stack, for each transfer's handling.
+These matter most where placement searches look for gains: fine splits with
+hundreds of small transfers. A topology carries them (`Topology.runtime`,
+the optional "runtime" object of the file format):
+
+  "runtime": {"step_overhead_us": [590.0, 1150.0],
+              "control_transfers": true,
+              "transfer_cpu_us": [40.0, 180.0],
+              "executor_order": "last_ready_first"}
+
+* `step_overhead_us`: a step's fixed cost on one device and spanning
+  several (client -> master -> workers RPCs), added to every step time.
+* `control_transfers`: TF's partitioner turns a control edge between
+  devices into a Send/Recv of a dummy tensor, deduplicated per (producer,
+  destination device) like a data tensor; with this on, the simulator
+  prices it as a 0-byte transfer over the link (latency, channels) instead
+  of a bare latency.
+* `transfer_cpu_us`: [sender, receiver]: per transfer, time a device that
+  is busy computing when the transfer leaves (sender) or arrives (receiver)
+  loses to it (gRPC work on a worker's one core); the next op it runs takes
+  that much longer. An idle device's handling is in the link's latency.
+* `executor_order`: which ready op a device runs next: "topological"
+  (lowest topological rank: the model's default) or "last_ready_first"
+  (TF's executor on one inter-op thread runs the op just made ready, depth
+  first along a chain).
+
+Presets of GPU machines keep the defaults (all zero, off, topological): no
+measurements of those machines back other values. A calibrated
+`cpu-workers:K` carries values measured on its cluster (`tf-gdp
+calibrate`).
+"""
+
+import dataclasses
+from typing import Mapping, Tuple
+
+from tf_gdp import errors
+
+TOPOLOGICAL = "topological"
+LAST_READY_FIRST = "last_ready_first"
+EXECUTOR_ORDERS = (TOPOLOGICAL, LAST_READY_FIRST)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeCosts:
+  """The runtime's own costs of a step (see the module docstring)."""
+  step_overhead_us: Tuple[float, float] = (0.0, 0.0)
+  control_transfers: bool = False
+  transfer_cpu_us: Tuple[float, float] = (0.0, 0.0)
+  executor_order: str = TOPOLOGICAL
+
+  def __post_init__(self):
+    for field, parts in (("step_overhead_us", "one device, several devices"),
+                         ("transfer_cpu_us", "sender, receiver")):
+      value = getattr(self, field)
+      try:
+        pair = tuple(float(v) for v in value)
+      except (TypeError, ValueError) as e:
+        raise errors.InputError(f"malformed runtime {field}: {e}") from e
+      if len(pair) != 2 or any(not 0.0 <= v < 1e9 for v in pair):
+        raise errors.InputError(
+            f"runtime {field} must be [{parts}], each >= 0 us, got "
+            f"{value!r}")
+      object.__setattr__(self, field, pair)
+    if not isinstance(self.control_transfers, bool):
+      raise errors.InputError("runtime control_transfers must be true or false")
+    if self.executor_order not in EXECUTOR_ORDERS:
+      raise errors.InputError(
+          f"runtime executor_order must be one of {', '.join(EXECUTOR_ORDERS)}"
+          f", got {self.executor_order!r}")
+
+  @property
+  def is_default(self) -> bool:
+    return self == RuntimeCosts()
+
+  def step_overhead(self, devices_used: int) -> float:
+    """The fixed cost of a step that runs ops on `devices_used` devices."""
+    return self.step_overhead_us[0 if devices_used <= 1 else 1]
+
+
+def from_document(document: Mapping) -> RuntimeCosts:
+  """A `RuntimeCosts` from the file format's "runtime" object."""
+  if not isinstance(document, Mapping):
+    raise errors.InputError("runtime must be an object")
+  unknown = sorted(set(document) - {f.name for f in dataclasses.fields(
+      RuntimeCosts)})
+  if unknown:
+    raise errors.InputError(f"runtime has unknown fields {unknown}")
+  try:
+    return RuntimeCosts(**document)
+  except TypeError as e:
+    raise errors.InputError(f"malformed runtime: {e}") from e
+
+
+def to_document(runtime: RuntimeCosts) -> dict:
+  return {"step_overhead_us": list(runtime.step_overhead_us),
+          "control_transfers": runtime.control_transfers,
+          "transfer_cpu_us": list(runtime.transfer_cpu_us),
+          "executor_order": runtime.executor_order}

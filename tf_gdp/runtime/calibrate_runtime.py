@@ -1,0 +1,151 @@
+"""Measures the runtime's own costs of a step on a `cpu-workers:K` cluster.
+
+The link table prices a transfer between idle workers; two more costs show
+up on real placements and decide whether a fine split pays (see
+`cost.runtime_costs`):
+
+* a step's fixed cost (`measure_step_overhead`): a trivial op on one
+  worker, and one on every worker;
+* what a transfer costs the worker cores while they compute
+  (`measure_transfer_cpu`): each worker is pinned to one core, and the gRPC
+  work of sending or receiving a tensor runs on the same core as the ops.
+  A ~20 ms matmul chain runs on one worker while `count` small tensors cross
+  to or from it; the chain's step grows by what the transfers take from
+  that core. The same ops without the transfers (every read and identity
+  on the chain's worker) are the baseline, so the ops' own time cancels.
+  The variants run alternately in one session (machine drift hits them
+  alike); the result is the difference of medians over `count`.
+
+The executor's order and control-edge transfers are what TensorFlow does
+(one inter-op thread runs the op just made ready; the partitioner sends a
+dummy tensor per cross-device control edge), not measured numbers.
+"""
+
+import statistics
+import time
+from typing import Dict
+
+from tf_gdp.cost import runtime_costs
+
+# The chain that keeps one worker busy: [n, n] matmuls (~20 ms on a core).
+_CHAIN_SIZE, _CHAIN_MATMULS = 256, 30
+_TENSOR_FLOATS = 1024  # 4 KB: small, like most of a training step's tensors
+
+
+def _tf():
+  from grappler_bridge import tf_env  # pylint: disable=g-import-not-at-top
+  tf_env.prepare_tensorflow_environment()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf
+
+
+def _session_parts(cluster, timeout_s: float):
+  from tf_gdp.runtime import placed_session  # pylint: disable=g-import-not-at-top
+  tf = _tf()
+  config = placed_session.session_config(timeout_s=timeout_s)
+  options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_s * 1000))
+  return tf, config, options
+
+
+def _median_times(tf, cluster, graph, init, variants, config, options,
+                  repeats: int) -> Dict[str, float]:
+  """Median wall time of each variant's targets, run alternately."""
+  times = {key: [] for key in variants}
+  with tf.compat.v1.Session(cluster.target, graph=graph,
+                            config=config) as session:
+    session.run(init, options=options)
+    for _ in range(2):
+      for targets in variants.values():
+        session.run(targets, options=options)
+    for _ in range(repeats):
+      for key, targets in variants.items():
+        start = time.perf_counter()
+        session.run(targets, options=options)
+        times[key].append((time.perf_counter() - start) * 1e6)
+  return {key: float(statistics.median(v)) for key, v in times.items()}
+
+
+def measure_step_overhead(cluster, *, repeats: int = 50,
+                          timeout_s: float = 60.0) -> Dict[str, float]:
+  """Median time of a trivial step on one worker and spanning all workers.
+
+  What a real step pays just to exist (client -> master -> workers RPCs).
+  """
+  tf, config, options = _session_parts(cluster, timeout_s)
+  with tf.Graph().as_default() as graph:
+    ops = []
+    for device in cluster.device_names:
+      with tf.device(device):
+        ops.append(tf.identity(tf.constant(0.0)).op)
+  times = _median_times(tf, cluster, graph, [],
+                        {"one_worker_us": ops[:1], "all_workers_us": ops},
+                        config, options, repeats)
+  return times
+
+
+def _busy_side_graph(tf, devices, busy: int, count: int):
+  """(graph, init ops, variants) for one side of `measure_transfer_cpu`.
+
+  `busy` is the index (0 sender, 1 receiver) of the worker that runs the
+  chain; tensors go from devices[0] to devices[1].
+  """
+  src, dst = devices
+  with tf.Graph().as_default() as graph:
+    with tf.device(devices[busy]):
+      square = tf.Variable(tf.random.uniform(
+          [_CHAIN_SIZE, _CHAIN_SIZE], -0.05, 0.05, seed=1))
+      h = square.read_value()
+      for _ in range(_CHAIN_MATMULS):
+        h = tf.matmul(h, square.read_value())
+      chain = h.op
+    variables = []
+    for i in range(count):
+      with tf.device(src):
+        variables.append(tf.Variable(tf.random.uniform([_TENSOR_FLOATS],
+                                                       seed=i + 2)))
+    variants = {}
+    for variant, reads_on, uses_on in (
+        ("transfers", src, dst), ("local", devices[busy], devices[busy])):
+      ends = [chain]
+      for variable in variables:
+        with tf.device(reads_on):
+          value = variable.read_value() if reads_on == src else tf.identity(
+              tf.ones([_TENSOR_FLOATS]))
+        with tf.device(uses_on):
+          ends.append(tf.identity(value).op)
+      variants[variant] = ends
+    # Both variants touch both workers, so the step's RPCs cancel.
+    with tf.device(devices[1 - busy]):
+      other = tf.identity(tf.constant(0.0)).op
+    for ends in variants.values():
+      ends.append(other)
+    init = [square.initializer] + [v.initializer for v in variables]
+  return graph, init, variants
+
+
+def measure_transfer_cpu(cluster, *, count: int = 128, repeats: int = 15,
+                         timeout_s: float = 60.0) -> Dict[str, float]:
+  """Microseconds a busy sender and a busy receiver lose per transfer."""
+  tf, config, options = _session_parts(cluster, timeout_s)
+  devices = cluster.device_names[:2]
+  result = {}
+  for label, busy in (("sender_us", 0), ("receiver_us", 1)):
+    graph, init, variants = _busy_side_graph(tf, devices, busy, count)
+    times = _median_times(tf, cluster, graph, init, variants, config,
+                          options, repeats)
+    result[label] = max(0.0, (times["transfers"] - times["local"]) / count)
+    result[label.replace("_us", "_steps_us")] = times
+  return result
+
+
+def measured_runtime_costs(step_overhead: Dict[str, float],
+                           transfer_cpu: Dict[str, float]
+                           ) -> runtime_costs.RuntimeCosts:
+  """The `RuntimeCosts` of a calibrated cluster from the two measurements."""
+  return runtime_costs.RuntimeCosts(
+      step_overhead_us=(step_overhead["one_worker_us"],
+                        step_overhead["all_workers_us"]),
+      control_transfers=True,
+      transfer_cpu_us=(transfer_cpu["sender_us"],
+                       transfer_cpu["receiver_us"]),
+      executor_order=runtime_costs.LAST_READY_FIRST)
