@@ -5,6 +5,7 @@ import pytest
 
 from tf_gdp import baselines
 from tf_gdp import errors
+from tf_gdp import graph_specs
 from tf_gdp.baselines import common
 from tf_gdp.baselines import local_search
 from tf_gdp.cost import simulator
@@ -19,14 +20,13 @@ def _layered(devices="p100x2", seed=1):
 
 
 @pytest.mark.parametrize("devices", ["p100x2", "p100x4"])
-@pytest.mark.parametrize("make", [
-    lambda: generators.random_layered_graph(200, width=20, seed=1),
-    lambda: generators.random_cells_graph(200, seed=2)])
-def test_never_worse_than_its_start_and_valid(devices, make):
-  graph, topo = make(), topology.get(devices)
+@pytest.mark.parametrize("spec", ["layered:200", "cells:200", "branches:200"])
+def test_never_worse_than_its_start_and_valid(devices, spec):
+  graph = graph_specs.load_graph(spec, devices=devices).graph
+  topo = topology.get(devices)
   result = baselines.run("local_search", graph, topo, seed=0, evaluations=150)
   start = min(t for t in result.info["starts"].values() if t is not None)
-  assert result.info["simulated_step_time_us"] <= start + 1e-6
+  assert result.info["simulated_step_time_us"] <= start + 1e-3  # rounded
   assert simulator.simulate(graph, result.placement, topo).valid
   assert result.info["starts"][result.info["start"]] == pytest.approx(start)
 
