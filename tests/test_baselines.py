@@ -22,6 +22,8 @@ CLASSIC = ("single_device", "random", "round_robin", "m_topo", "m_etf",
 MEMORY_CONSTRAINED = ("random", "round_robin", "m_topo", "m_etf", "m_sct",
                       "heft", "metis")
 SCHEDULERS = ("m_etf", "m_sct", "heft", "metis")
+# The stage rules' placements, the pipeline DP and the local search.
+PIPELINE_AND_SEARCH = ("stage_pipeline", "contiguous_dp", "local_search")
 
 
 def _graph(costs, edges=(), *, output_bytes=None, memory_bytes=None,
@@ -62,7 +64,8 @@ def test_public_api_is_pinned():
   assert sorted(baselines.__all__) == sorted(
       ["InternalError", "METHODS", "MethodResult", "get", "method_names",
        "run"])
-  assert set(baselines.METHODS) == set(CLASSIC) | {"human_expert", "hdp"}
+  assert set(baselines.METHODS) == (set(CLASSIC) | set(PIPELINE_AND_SEARCH) |
+                                    {"human_expert", "hdp"})
   assert baselines.method_names() == sorted(baselines.METHODS)
 
 
@@ -132,7 +135,7 @@ def test_a_chain_with_costly_transfers_stays_on_one_device(method):
   assert result.info["simulated_step_time_us"] == 60.0
 
 
-@pytest.mark.parametrize("method", MEMORY_CONSTRAINED)
+@pytest.mark.parametrize("method", MEMORY_CONSTRAINED + PIPELINE_AND_SEARCH)
 def test_a_memory_cap_forces_a_split_without_overflow(method):
   # Four 400 MiB variables; a device holds two (1 GiB x 0.9 headroom).
   graph = _graph([10.0] * 4, _chain(0, 4, 1000),
@@ -149,7 +152,7 @@ def test_single_device_says_why_no_device_holds_the_graph():
     baselines.run("single_device", graph, _topo())
 
 
-@pytest.mark.parametrize("method", CLASSIC)
+@pytest.mark.parametrize("method", CLASSIC + PIPELINE_AND_SEARCH)
 def test_infeasible_memory_names_needed_and_available(method):
   # Three 600 MiB variables, two devices that hold one each.
   graph = _graph([10.0] * 3, _chain(0, 3, 1000),
@@ -159,7 +162,7 @@ def test_infeasible_memory_names_needed_and_available(method):
   assert "GiB" in str(info.value).split("needs", 1)[1]
 
 
-@pytest.mark.parametrize("method", MEMORY_CONSTRAINED)
+@pytest.mark.parametrize("method", MEMORY_CONSTRAINED + PIPELINE_AND_SEARCH)
 def test_a_group_bigger_than_any_device_is_infeasible(method):
   graph = _graph([1.0, 1.0], [(0, 1, 10)], memory_bytes=[2 * GIB, 0])
   with pytest.raises(errors.InputError,
@@ -183,7 +186,7 @@ def _constrained_graph():
                 pins=pins, cpu_costs=[c * 10 for c in costs])
 
 
-@pytest.mark.parametrize("method", CLASSIC)
+@pytest.mark.parametrize("method", CLASSIC + PIPELINE_AND_SEARCH)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_placement_satisfies_kinds_groups_and_pins(method, seed):
   graph = _constrained_graph()
@@ -216,7 +219,7 @@ def _wide_graph(n=60, width=6):
                 output_bytes=[10**5] * n, memory_bytes=[MIB] * n)
 
 
-@pytest.mark.parametrize("method", CLASSIC)
+@pytest.mark.parametrize("method", CLASSIC + PIPELINE_AND_SEARCH)
 def test_a_fixed_seed_gives_the_same_placement(method):
   graph, topo = _wide_graph(), _topo(("GPU",) * 4, latency=2.0)
   first = baselines.run(method, graph, topo, seed=3).placement

@@ -94,18 +94,22 @@ def test_quality_summary_judges_gdp_against_the_best_baseline_and_expert():
             for method, step, valid in (
                 ("human_expert", expert, True), ("metis", best, True),
                 ("gdp_zeroshot", gdp * 0.5, False), ("gdp", gdp, True))]
-    if rules is not None:  # a reference row, never the best baseline
+    if rules is not None:  # a baseline row of its own
       rows.append(gdp_eval._row(gdp_eval.STAGE_RULES_ROW, rules, True, 0.0, 3))
     gdp_eval._add_ratios(rows)
-    return {"graph": graph, "rows": rows}
+    return {"graph": graph, "rows": rows,
+            "stage_rules": ["latest_input"] if rules is not None else []}
 
   summary = gdp_eval.quality_summary(
-      [result("a", 80.0, 100.0, 90.0, rules=50.0),
-       result("b", 120.0, 100.0, 110.0, rules=130.0)])
+      [result("a", 80.0, 100.0, 90.0, rules=85.0),
+       result("b", 120.0, 100.0, 110.0, rules=115.0)])
   assert summary["at_most_best_baseline"] == 1
   assert (summary["at_most_stage_rules"],
           summary["graphs_with_stage_rules"]) == (1, 2)
   assert summary["worst_over_best_baseline"]["graph"] == "b"
+  # The rules as the best baseline: gdp is judged against them.
+  assert gdp_eval.quality_summary([result("c", 80.0, 100.0, 90.0, rules=50.0)])[
+      "at_most_best_baseline"] == 0
   assert summary["mean_improvement_over_expert"] == pytest.approx(0.0)
   assert summary["geomean_over_expert"] == pytest.approx((0.8 * 1.2) ** 0.5)
   assert "1 of 2 graphs" in gdp_eval.format_table([

@@ -7,9 +7,13 @@ Every method is `place(graph, topology, *, seed=0, **options)` returning an
 int32 device index per op; `METHODS` maps names to them: single_device,
 random, round_robin, human_expert (the zoo's expert rules), m_topo, m_etf and
 m_sct (Baechi, SoCC 2020), heft (Topcuoglu et al. 2002), metis (k-way
-partitioning) and hdp (the HDP-style learned grouper + placer). All respect
-allowed device kinds, colocation groups, pins and device memory (see
-`common` for the memory model).
+partitioning), stage_pipeline (the stage rules' own placements: hand-written
+knowledge as a row of its own), contiguous_dp (the optimal contiguous split
+of the forward pass, Tarnawski et al., NeurIPS 2020), local_search (hill
+climbing from the best cheap baseline, budgeted in simulator evaluations:
+the bar for every search) and hdp (the HDP-style learned grouper + placer).
+All respect allowed device kinds, colocation groups, pins and device memory
+(see `common` for the memory model).
 """
 
 from grappler_bridge import package_api as _package_api
@@ -32,5 +36,6 @@ __all__ = [
 
 _package_api.install(
     globals(),
-    modules=("hdp", "heft", "list_scheduler", "m_etf", "m_sct", "m_topo", "metis",
-             "random_placement", "round_robin", "single_device"))
+    modules=("contiguous_dp", "hdp", "heft", "list_scheduler", "local_search",
+             "m_etf", "m_sct", "m_topo", "metis", "random_placement",
+             "round_robin", "single_device", "stage_pipeline"))

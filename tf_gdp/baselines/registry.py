@@ -26,7 +26,9 @@ import numpy as np
 
 from tf_gdp import errors
 from tf_gdp.baselines import common
+from tf_gdp.baselines import contiguous_dp
 from tf_gdp.baselines import heft
+from tf_gdp.baselines import local_search
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import m_sct
 from tf_gdp.baselines import m_topo
@@ -34,6 +36,7 @@ from tf_gdp.baselines import metis
 from tf_gdp.baselines import random_placement
 from tf_gdp.baselines import round_robin
 from tf_gdp.baselines import single_device
+from tf_gdp.baselines import stage_pipeline
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -105,6 +108,9 @@ METHODS = types.MappingProxyType({
     "m_sct": m_sct.place,
     "heft": heft.place,
     "metis": metis.place,
+    "stage_pipeline": stage_pipeline.place,
+    "contiguous_dp": contiguous_dp.place,
+    "local_search": local_search.place,
     "hdp": _LazyMethod("hdp", "tf_gdp.baselines.hdp", "place"),
 })
 

@@ -28,9 +28,11 @@ from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 
-# Methods `--methods=all` runs; learned ones are named explicitly (budget).
+# Methods `--methods=all` runs (local_search at its default evaluation
+# budget); learned ones are named explicitly (budget).
 CLASSIC_METHODS = ("single_device", "human_expert", "random", "round_robin",
-                   "m_topo", "m_etf", "m_sct", "heft", "metis")
+                   "m_topo", "m_etf", "m_sct", "heft", "metis",
+                   "stage_pipeline", "contiguous_dp", "local_search")
 REFERENCE_METHOD = "single_device"
 EXPERT_METHOD = "human_expert"
 

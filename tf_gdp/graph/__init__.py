@@ -1,4 +1,5 @@
-"""The op-graph IR, its JSON interchange format and random graph generators."""
+"""The op-graph IR, its JSON format, numbered name scopes and stage rules, and
+random graph generators."""
 
 from grappler_bridge import package_api as _package_api
 
@@ -14,4 +15,5 @@ __all__ = ["OpGraph", "from_document", "load_json", "save_json", "summary",
 
 _package_api.install(
     globals(),
-    modules=("describe", "generators", "identity", "json_io", "op_graph"))
+    modules=("describe", "generators", "identity", "json_io", "op_graph",
+             "scopes"))

@@ -68,6 +68,6 @@ __all__ = [
 
 _package_api.install(
     globals(),
-    modules=("devices", "encoder", "features", "network", "pipelines",
-             "placer", "scopes", "superposition"),
+    modules=("devices", "encoder", "features", "network", "placer",
+             "superposition"),
     lazy=_LAZY)

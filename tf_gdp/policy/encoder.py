@@ -12,9 +12,9 @@ embeddings (padded back to [B, N, H]) and a pooled graph embedding.
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
 
+from tf_gdp.graph import scopes
 from tf_gdp.policy import compat
 from tf_gdp.policy import features
-from tf_gdp.policy import scopes
 
 NODE_SET = "ops"
 FORWARD = "forward"    # data/control edges, producer -> consumer

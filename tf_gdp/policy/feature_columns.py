@@ -12,7 +12,7 @@ import numpy as np
 
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
-from tf_gdp.policy import scopes
+from tf_gdp.graph import scopes
 
 # Scales that bring log-magnitudes to O(1): times in microseconds (1 s ~ 13.8),
 # bytes (1 GiB ~ 20.8), degrees and counts (1e4 ~ 9.2).

@@ -35,8 +35,8 @@ from tf_gdp import errors
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
+from tf_gdp.graph import scopes
 from tf_gdp.policy import feature_columns
-from tf_gdp.policy import scopes
 
 # Hashed op-type vocabulary: id 0 is padding; real types hash into
 # [1, OP_VOCAB), so op types never seen in training still get an id.

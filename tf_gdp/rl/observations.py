@@ -10,8 +10,8 @@ from typing import Any, Sequence
 import numpy as np
 from tf_agents.specs import array_spec
 
+from tf_gdp.graph import scopes
 from tf_gdp.policy import features
-from tf_gdp.policy import scopes
 
 # Extra observation entry: rows of a batch with the same id show the same
 # task, so the actor network encodes each distinct graph once per batch.

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tf_gdp.policy import scopes
+from tf_gdp.graph import scopes
 
 
 def test_layers_get_ranks_on_a_common_scale_and_backward_ops_follow():

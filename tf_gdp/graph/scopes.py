@@ -38,13 +38,36 @@ _BACKWARD_PREFIXES = ("gradient_tape/", "gradients/")
 _NUMBERED = re.compile(r"^(.*[A-Za-z_])(\d+)$")
 
 
-def _forward_scopes(name: str) -> list:
-  """The scope components of an op's name, a backward op's forward ones."""
+def forward_name(name: str):
+  """The forward name a backward op's name differentiates, else None.
+
+  `gradient_tape/layer_3/MatMul_1` -> `layer_3/MatMul_1`; a name outside
+  the backward scopes gives None.
+  """
   for prefix in _BACKWARD_PREFIXES:
     if name.startswith(prefix):
-      name = name[len(prefix):]
-      break
-  return name.split("/")[:-1]
+      return name[len(prefix):]
+  return None
+
+
+def _forward_scopes(name: str) -> list:
+  """The scope components of an op's name, a backward op's forward ones."""
+  forward = forward_name(name)
+  return (name if forward is None else forward).split("/")[:-1]
+
+
+def numbered_scopes(name: str) -> list:
+  """Every scope prefix of the name that ends in a numbered component.
+
+  `lstm/layer_0/t12/add` -> [`lstm/layer_0`, `lstm/layer_0/t12`]; a
+  backward op gets its forward op's (a layer's gradients are the layer's).
+  What a practitioner moves as one block: a layer, a cell, a segment.
+  """
+  found, parts = [], _forward_scopes(name)
+  for i, part in enumerate(parts):
+    if _NUMBERED.match(part):
+      found.append("/".join(parts[:i + 1]))
+  return found
 
 
 def stem_id(stem: str) -> int:

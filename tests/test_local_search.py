@@ -1,0 +1,100 @@
+"""local_search: starts, budget, determinism, curve and constraints."""
+
+import numpy as np
+import pytest
+
+from tf_gdp import baselines
+from tf_gdp import errors
+from tf_gdp import graph_specs
+from tf_gdp.baselines import common
+from tf_gdp.baselines import local_search
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology
+from tf_gdp.graph import generators
+from tf_gdp.graph import op_graph
+
+
+def _layered(devices="p100x2", seed=1):
+  return (generators.random_layered_graph(200, width=20, seed=seed),
+          topology.get(devices))
+
+
+@pytest.mark.parametrize("devices", ["p100x2", "p100x4"])
+@pytest.mark.parametrize("spec", ["layered:200", "cells:200", "branches:200"])
+def test_never_worse_than_its_start_and_valid(devices, spec):
+  graph = graph_specs.load_graph(spec, devices=devices).graph
+  topo = topology.get(devices)
+  result = baselines.run("local_search", graph, topo, seed=0, evaluations=150)
+  start = min(t for t in result.info["starts"].values() if t is not None)
+  assert result.info["simulated_step_time_us"] <= start + 1e-3  # rounded
+  assert simulator.simulate(graph, result.placement, topo).valid
+  assert result.info["starts"][result.info["start"]] == pytest.approx(start)
+
+
+def test_the_budget_is_exact_and_counts_the_starts():
+  graph, topo = _layered()
+  for budget in (100, 137):
+    result = baselines.run("local_search", graph, topo, evaluations=budget)
+    assert result.evaluations == budget
+    assert result.info["best_so_far"][-1][0] == budget
+    assert result.info["start_evaluations"] < budget
+
+
+def test_the_best_so_far_curve_is_monotone_and_ends_at_the_result():
+  graph, topo = _layered("p100x4")
+  result = baselines.run("local_search", graph, topo, evaluations=200)
+  curve = result.info["best_so_far"]
+  counts = [e for e, _ in curve]
+  times = [t for _, t in curve]
+  assert counts == sorted(counts)
+  assert all(b <= a for a, b in zip(times, times[1:]))
+  assert times[-1] == pytest.approx(result.info["simulated_step_time_us"])
+
+
+def test_deterministic_for_a_seed():
+  graph, topo = _layered("p100x4")
+  runs = [baselines.run("local_search", graph, topo, seed=s, evaluations=120)
+          for s in (3, 3)]
+  np.testing.assert_array_equal(runs[0].placement, runs[1].placement)
+  assert runs[0].info["best_so_far"] == runs[1].info["best_so_far"]
+
+
+def test_seconds_stop_the_search_early():
+  graph, topo = _layered()
+  result = baselines.run("local_search", graph, topo, evaluations=10**6,
+                         seconds=0.0)
+  assert result.evaluations == result.info["start_evaluations"]
+  assert result.info["rounds"] == 0
+
+
+def test_groups_kinds_and_pins_hold_under_every_move():
+  n = 40
+  names = [f"block{i // 10}/op{i}" for i in range(n)]
+  groups = [f"g{i // 2}" if i < 10 else None for i in range(n)]
+  kinds = [("CPU",) if i == 15 else None for i in range(n)]
+  pins = ["/device:GPU:1" if i == 25 else None for i in range(n)]
+  graph = op_graph.OpGraph.build(
+      name="c", node_names=names, op_types=["MatMul"] * n,
+      costs={"GPU": np.full(n, 20.0), "CPU": np.full(n, 200.0)},
+      output_bytes=np.full(n, 1000), memory_bytes=np.zeros(n, int),
+      edge_src=list(range(n - 1)), edge_dst=list(range(1, n)),
+      edge_bytes=np.full(n - 1, 1000), colocation_groups=groups,
+      device_kinds=kinds, pinned_devices=pins)
+  topo = topology.get("p100x4")
+  result = baselines.run("local_search", graph, topo, evaluations=300)
+  assert not simulator.constraint_problems(graph, result.placement, topo)
+  assert result.info["rounds"] > 0
+  moves = local_search._Moves(common.group_view(graph, topo),
+                              np.random.default_rng(0))
+  assert len(moves.scopes) == 4  # block0..block3, as groups
+  current = np.array([moves.view.fastest_allowed(g)
+                      for g in range(moves.view.num_groups)])
+  for _ in range(50):
+    proposal = moves.propose(current)
+    assert moves.view.allowed[np.arange(proposal.size), proposal].all()
+
+
+def test_bad_budget_is_an_input_error():
+  graph, topo = _layered()
+  with pytest.raises(errors.InputError, match="evaluations >= 1"):
+    baselines.run("local_search", graph, topo, evaluations=0)

@@ -1,0 +1,198 @@
+"""local_search: the search a practitioner would write, the bar for any search.
+
+A learned placer's search (GDP fine-tuning, HDP) spends simulator
+evaluations; the question is what the same evaluations buy without any
+learning. This is that plain search: start from the best of the cheap
+baselines, then hill climbing over colocation groups with an occasional
+simulated-annealing step.
+
+* Start: single_device, m_topo, m_etf, m_sct, heft, metis, and
+  stage_pipeline where a stage rule applies, each run (its own simulator
+  calls count), then all judged in one batch by the simulator on the same
+  topology and costs; the fastest valid one is the start.
+* Moves, each a change of the current group placement: one group to another
+  device; a swap of two groups' devices; every group of a numbered scope
+  (`graph.scopes.numbered_scopes`: `layer_3`, `encoder/layer_2`, `block5`,
+  a backward op joining its forward scope) to one device; a contiguous
+  chunk of the groups' topological order (1-10% of the groups) to one
+  device. A group only goes to a device every member may use (allowed
+  kinds, pins); memory is the simulator's exact peak.
+* Each round proposes `batch` candidates and simulates them in one
+  `simulate_batch`; invalid ones (memory) are rejected; the best candidate
+  replaces the current placement if it is faster, or, if slower, with
+  probability exp(-(slowdown) / (temperature x current x remaining share
+  of the budget)): annealing that cools to a pure hill climb.
+* Budget: `evaluations` simulator evaluations in all, the starts' included
+  (the last round is cut to what is left), and optionally `seconds`. The
+  info holds the best-so-far curve `best_so_far`: [evaluations, best step
+  time us] after the starts and after every round that improved it.
+
+Deterministic for a given seed.
+"""
+
+import math
+import time
+from typing import Optional
+
+import numpy as np
+
+from tf_gdp import errors
+from tf_gdp.baselines import common
+from tf_gdp.baselines import heft
+from tf_gdp.baselines import m_etf
+from tf_gdp.baselines import m_sct
+from tf_gdp.baselines import m_topo
+from tf_gdp.baselines import metis
+from tf_gdp.baselines import single_device
+from tf_gdp.baselines import stage_pipeline
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import op_graph
+from tf_gdp.graph import scopes
+
+STARTS = {"single_device": single_device.place, "m_topo": m_topo.place,
+          "m_etf": m_etf.place, "m_sct": m_sct.place, "heft": heft.place,
+          "metis": metis.place}
+MOVES = ("group", "swap", "scope", "chunk")
+
+
+def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
+          seed: int = 0, evaluations: int = 2000,
+          seconds: Optional[float] = None, batch: int = 16,
+          temperature: float = 0.01) -> np.ndarray:
+  """Hill climbing with annealing from the best cheap baseline (module doc)."""
+  if evaluations < 1 or batch < 1 or temperature < 0:
+    raise errors.InputError(
+        f"local_search needs evaluations >= 1, batch >= 1 and temperature "
+        f">= 0; got {evaluations}, {batch}, {temperature}")
+  clock = time.perf_counter()
+  view = common.group_view(graph, topology)
+  start, current, used = _start(graph, topology, seed)
+  current_group = start[view.members[view.member_ptr[:-1]]].astype(np.int64)
+  best_group, best = current_group, current
+  curve = [[used, best]] if math.isfinite(best) else []
+  moves = _Moves(view, np.random.default_rng(seed))
+  rounds = accepted = 0
+  while used < evaluations and (seconds is None or
+                                time.perf_counter() - clock < seconds):
+    size = min(batch, evaluations - used)
+    candidates = np.stack([moves.propose(current_group) for _ in range(size)])
+    times = _score(graph, topology, view, candidates)
+    used += size
+    rounds += 1
+    pick = int(np.argmin(times))
+    if not math.isfinite(times[pick]):
+      continue
+    heat = temperature * current * (1.0 - used / evaluations)
+    if times[pick] < current or (heat > 0 and moves.rng.random() < math.exp(
+        -(times[pick] - current) / heat)):
+      current_group, current = candidates[pick], float(times[pick])
+      accepted += 1
+    if current < best:
+      best_group, best = current_group, current
+      curve.append([used, float(best)])
+  if math.isfinite(best) and curve[-1][0] != used:
+    curve.append([used, best])
+  common.note("rounds", rounds)
+  common.note("accepted", accepted)
+  common.note("best_so_far", curve)
+  return view.expand(best_group)
+
+
+def _start(graph, topology, seed: int):
+  """(placement, step time or inf if invalid, evaluations used) of the
+  fastest valid cheap baseline."""
+  methods = dict(STARTS)
+  if stage_pipeline.rule_placements(graph, topology):
+    methods["stage_pipeline"] = stage_pipeline.place
+  names, placements, problems = [], [], {}
+  with common.recording() as inner:
+    for name, method in methods.items():
+      try:
+        placements.append(method(graph, topology, seed=seed))
+        names.append(name)
+      except errors.InputError as e:
+        problems[name] = str(e)
+    if not placements:
+      raise errors.InputError(
+          "local_search has no valid start: " + "; ".join(
+              f"{name}: {problem}" for name, problem in problems.items()))
+    judged = common.simulate_batch(graph, np.stack(placements), topology)
+  common.count_evaluations(inner.evaluations)
+  order = sorted(range(len(names)), key=lambda i: (
+      not judged.valid[i], judged.step_time_us[i]))
+  common.note("starts", {n: round(float(t), 3) if v else None for n, t, v in
+                         zip(names, judged.step_time_us, judged.valid)})
+  common.note("start", names[order[0]])
+  common.note("start_evaluations", inner.evaluations)
+  best = order[0]
+  step = float(judged.step_time_us[best]) if judged.valid[best] else math.inf
+  return np.asarray(placements[best]), step, inner.evaluations
+
+
+def _score(graph, topology, view, group_devices) -> np.ndarray:
+  """float[B] step times, inf where a candidate is invalid (one batch)."""
+  placements = np.stack([view.expand(g) for g in group_devices])
+  result = common.simulate_batch(graph, placements, topology)
+  return np.where(result.valid, result.step_time_us, np.inf)
+
+
+class _Moves:
+  """Random moves of the module doc over a `GroupView`."""
+
+  def __init__(self, view: common.GroupView, rng: np.random.Generator):
+    self.view = view
+    self.rng = rng
+    self.movable = np.flatnonzero(view.allowed.sum(axis=1) > 1)
+    members_of = {}
+    for op, name in enumerate(view.graph.node_names):
+      for scope in scopes.numbered_scopes(name):
+        members_of.setdefault(scope, set()).add(int(view.group_of[op]))
+    self.scopes = [np.array(sorted(groups)) for _, groups in
+                   sorted(members_of.items()) if len(groups) > 1]
+    g = view.num_groups
+    self.chunk = (max(1, g // 100), max(1, g // 10))
+
+  def propose(self, group_device: np.ndarray) -> np.ndarray:
+    """A changed copy of `group_device` (unchanged only if nothing moves)."""
+    kinds = [m for m in MOVES if m != "scope" or self.scopes]
+    for _ in range(8):
+      move = kinds[self.rng.integers(len(kinds))]
+      proposal = getattr(self, "_" + move)(group_device)
+      if not np.array_equal(proposal, group_device):
+        return proposal
+    return group_device.copy()
+
+  def _to_device(self, group_device, groups):
+    """Every group of `groups` that may use it to one random device."""
+    j = int(self.rng.integers(self.view.num_devices))
+    proposal = group_device.copy()
+    proposal[groups[self.view.allowed[groups, j]]] = j
+    return proposal
+
+  def _group(self, group_device):
+    if not self.movable.size:
+      return group_device
+    g = int(self.movable[self.rng.integers(self.movable.size)])
+    choices = np.flatnonzero(self.view.allowed[g])
+    choices = choices[choices != group_device[g]]
+    proposal = group_device.copy()
+    proposal[g] = int(choices[self.rng.integers(choices.size)])
+    return proposal
+
+  def _swap(self, group_device):
+    a, b = self.rng.integers(self.view.num_groups, size=2)
+    ja, jb = group_device[a], group_device[b]
+    proposal = group_device.copy()
+    if self.view.allowed[a, jb] and self.view.allowed[b, ja]:
+      proposal[a], proposal[b] = jb, ja
+    return proposal
+
+  def _scope(self, group_device):
+    groups = self.scopes[self.rng.integers(len(self.scopes))]
+    return self._to_device(group_device, groups)
+
+  def _chunk(self, group_device):
+    order = self.view.order
+    length = int(self.rng.integers(self.chunk[0], self.chunk[1] + 1))
+    first = int(self.rng.integers(max(1, order.size - length + 1)))
+    return self._to_device(group_device, order[first:first + length])
