@@ -32,8 +32,26 @@ from tf_gdp.cost import compiled
 # The plan's index arrays `run` reads, passed as int32: half the memory
 # traffic of int64 on a pass that is mostly random reads (~20% faster).
 INDEX_FIELDS = ("rank", "order", "in_ptr", "in_edges", "out_ptr", "out_edges",
-                "edge_src", "edge_dst", "edge_tensor", "tensor_src",
-                "tensor_edge_ptr", "tensor_edges", "node_tensor_ptr")
+                "edge_dst", "tensor_src", "tensor_edge_ptr", "node_tensor_ptr")
+
+
+def index_arrays(plan) -> dict:
+  """`plan`'s int32 index arrays for `run`, with endpoints per CSR entry.
+
+  An edge's other end and tensor are also stored in the order of each CSR
+  that lists the edge (in_src, in_tensor, out_dst, out_tensor, tensor_dst):
+  the event loop then reads them where it reads the edge, instead of through
+  one more dependent load.
+  """
+  index = {name: getattr(plan, name).astype(np.int32)
+           for name in INDEX_FIELDS}
+  index["in_src"] = plan.edge_src[plan.in_edges].astype(np.int32)
+  index["in_tensor"] = plan.edge_tensor[plan.in_edges].astype(np.int32)
+  index["out_dst"] = plan.edge_dst[plan.out_edges].astype(np.int32)
+  index["out_tensor"] = plan.edge_tensor[plan.out_edges].astype(np.int32)
+  index["tensor_dst"] = plan.edge_dst[plan.tensor_edges].astype(np.int32)
+  index["tensor_edges"] = plan.tensor_edges.astype(np.int32)
+  return index
 
 
 def arguments(plan, tables) -> tuple:
@@ -44,10 +62,11 @@ def arguments(plan, tables) -> tuple:
     tables: the graph x topology `simulator.DeviceTables`.
   """
   i = plan.index32
-  return (i["rank"], i["order"], i["in_ptr"], i["in_edges"], i["out_ptr"],
-          i["out_edges"], i["edge_src"], i["edge_dst"], i["edge_tensor"],
-          i["tensor_src"], plan.tensor_bytes, i["tensor_edge_ptr"],
-          i["tensor_edges"], i["node_tensor_ptr"], plan.output_bytes,
+  return (i["rank"], i["order"], i["in_ptr"], i["in_edges"], i["in_src"],
+          i["in_tensor"], i["out_ptr"], i["out_edges"], i["out_dst"],
+          i["out_tensor"], i["edge_dst"], i["tensor_src"], plan.tensor_bytes,
+          i["tensor_edge_ptr"], i["tensor_edges"], i["tensor_dst"],
+          i["node_tensor_ptr"], plan.output_bytes,
           plan.temp_bytes, plan.memory_bytes, plan.is_fetch,
           tables.duration_us, tables.latency_us, tables.bytes_per_us,
           tables.table_bytes, tables.table_us, tables.num_channels,
@@ -136,6 +155,15 @@ def _rank_pop(heap, base, size):
 
 
 @compiled.jit
+def _first_busy(chan_busy, route_ptr, route_channels, l):
+  """The first busy channel on pair l's route, or -1 if all are free."""
+  for k in range(route_ptr[l], route_ptr[l + 1]):
+    if chan_busy[route_channels[k]]:
+      return route_channels[k]
+  return -1
+
+
+@compiled.jit
 def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
   """Transfer time on link s -> t; mirrors `Topology.transfer_us`."""
   k = table_bytes.shape[0]
@@ -156,8 +184,9 @@ def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
 
 @compiled.jit
 def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
-        out_ptr, out_edges, edge_src, edge_dst, edge_tensor, tensor_src,
-        tensor_bytes, tensor_edge_ptr, tensor_edges, node_tensor_ptr,
+        in_src, in_tensor, out_ptr, out_edges, out_dst, out_tensor, edge_dst,
+        tensor_src, tensor_bytes, tensor_edge_ptr, tensor_edges, tensor_dst,
+        node_tensor_ptr,
         output_bytes, temp_bytes, memory_bytes, is_fetch, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
         route_channels):
@@ -172,7 +201,7 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
     source and destination device, start and end time).
   """
   n = rank.shape[0]
-  m = edge_src.shape[0]
+  m = edge_dst.shape[0]
 
   # Transfers: one per (tensor, destination device), numbered in tensor
   # order; out_ref counts what keeps a producer's outputs alive.
@@ -183,6 +212,10 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
   recv_ref = np.zeros(m, np.int32)
   node_x_ptr = np.zeros(n + 1, np.int32)
   out_ref = np.zeros(n, np.int32)
+  # The consumers each transfer feeds: xc_node[xc_ptr[x]:xc_ptr[x + 1]].
+  xc_ptr = np.zeros(m + 1, np.int32)
+  xc_fill = np.empty(m, np.int32)
+  xc_node = np.empty(m, np.int32)
   seen_tensor = np.full(d, -1, np.int32)
   x_of_device = np.zeros(d, np.int32)
   num_x = 0
@@ -190,9 +223,10 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
     pu = placement[u]
     local = 0
     for ti in range(node_tensor_ptr[u], node_tensor_ptr[u + 1]):
+      first_x = num_x
       for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
         e = tensor_edges[k]
-        dv = placement[edge_dst[e]]
+        dv = placement[tensor_dst[k]]
         if dv == pu:
           local += 1
           edge_xfer[e] = -1
@@ -207,6 +241,16 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
         x = x_of_device[dv]
         edge_xfer[e] = x
         recv_ref[x] += 1
+      if first_x == num_x:
+        continue
+      for x in range(first_x, num_x):
+        xc_ptr[x + 1] = xc_ptr[x] + recv_ref[x]
+        xc_fill[x] = xc_ptr[x]
+      for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
+        x = edge_xfer[tensor_edges[k]]
+        if x >= 0:
+          xc_node[xc_fill[x]] = tensor_dst[k]
+          xc_fill[x] += 1
     node_x_ptr[u + 1] = num_x
     out_ref[u] = local + num_x - node_x_ptr[u]
 
@@ -222,8 +266,13 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
   q_tail = np.zeros(dd, np.int32)
   x_seq = np.empty(max(num_x, 1), np.int32)
   num_seq = 0
-  # Candidate pairs: a heap of head sequence * dd + pair. Parked pairs: a
+  # Candidate pairs: a heap of (head sequence << pair_bits) | pair (sequence
+  # numbers are unique, so the pair only rides along). Parked pairs: a
   # linked list per busy channel.
+  pair_bits = 1
+  while (1 << pair_bits) < dd:
+    pair_bits += 1
+  pair_mask = (1 << pair_bits) - 1
   cand = np.empty(dd, np.int64)
   cand_size = 0
   chan_busy = np.zeros(num_channels, np.bool_)
@@ -240,9 +289,14 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
   ready_size = np.zeros(d, np.int32)
   dev_busy = np.zeros(d, np.bool_)
 
+  # Each op's time on its device, gathered in one sequential pass: the
+  # event loop reads ops out of order, and a row of `duration` per op costs a
+  # cache miss there.
+  op_us = np.empty(n, np.float64)
   memory = np.zeros(d, np.int64)
   for v in range(n):
     memory[placement[v]] += memory_bytes[v]
+    op_us[v] = duration[v, placement[v]]
   peak = memory.copy()
   busy_us = np.zeros(d, np.float64)
 
@@ -281,8 +335,8 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
       v = key_node[r]
       dev_busy[j] = True
       op_start[v] = now
-      op_end[v] = now + duration[v, j]
-      busy_us[j] += duration[v, j]
+      op_end[v] = now + op_us[v]
+      busy_us[j] += op_us[v]
       memory[j] += output_bytes[v] + temp_bytes[v]
       if memory[j] > peak[j]:
         peak[j] = memory[j]
@@ -290,12 +344,8 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
     num_dirty_dev = 0
     while cand_size > 0:
       key, cand_size = _rank_pop(cand, 0, cand_size)
-      l = key % dd
-      blocked = -1
-      for k in range(route_ptr[l], route_ptr[l + 1]):
-        if chan_busy[route_channels[k]]:
-          blocked = route_channels[k]
-          break
+      l = key & pair_mask
+      blocked = _first_busy(chan_busy, route_ptr, route_channels, l)
       if blocked < 0:
         for k in range(route_ptr[l], route_ptr[l + 1]):
           chan_busy[route_channels[k]] = True
@@ -337,37 +387,36 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
         if out_ref[v] == 0 and not is_fetch[v]:
           memory[j] -= output_bytes[v]
         for k in range(in_ptr[v], in_ptr[v + 1]):
-          e = in_edges[k]
-          if edge_tensor[e] < 0:
+          if in_tensor[k] < 0:
             continue
-          u = edge_src[e]
+          u = in_src[k]
           if placement[u] == j:
             out_ref[u] -= 1
             if out_ref[u] == 0 and not is_fetch[u]:
               memory[j] -= output_bytes[u]
           else:
-            x = edge_xfer[e]
+            x = edge_xfer[in_edges[k]]
             recv_ref[x] -= 1
             if recv_ref[x] == 0:
               memory[j] -= tensor_bytes[x_tensor[x]]
         for k in range(out_ptr[v], out_ptr[v + 1]):
-          e = out_edges[k]
-          w = edge_dst[e]
+          w = out_dst[k]
           jw = placement[w]
           if jw == j:
             pending[w] -= 1
             if pending[w] == 0:
               ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
                                          ready_key[w])
-          elif edge_tensor[e] < 0:
+          elif out_tensor[k] < 0:
             ev_size = _event_push(ev_time, ev_code, ev_size,
-                                  now + latency[j, jw], n + m + e)
+                                  now + latency[j, jw], n + m + out_edges[k])
         for x in range(node_x_ptr[v], node_x_ptr[v + 1]):
           l = x_src[x] * d + x_dst[x]
           x_seq[x] = num_seq
           num_seq += 1
           if q_head[l] == q_tail[l]:
-            cand_size = _rank_push(cand, 0, cand_size, x_seq[x] * dd + l)
+            cand_size = _rank_push(cand, 0, cand_size,
+                                 (np.int64(x_seq[x]) << pair_bits) | l)
           queue[link_base[l] + q_tail[l]] = x
           q_tail[l] += 1
       elif code < n + m:
@@ -379,15 +428,21 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
           p = park_first[c]
           park_first[c] = -1
           while p >= 0:
-            head = queue[link_base[p] + q_head[p]]
-            cand_size = _rank_push(cand, 0, cand_size, x_seq[head] * dd + p)
-            p = park_next[p]
+            following = park_next[p]
+            # Channels only free until the next dispatch: a pair with another
+            # busy channel cannot start yet, so it parks there directly.
+            blocked = _first_busy(chan_busy, route_ptr, route_channels, p)
+            if blocked >= 0:
+              park_next[p] = park_first[blocked]
+              park_first[blocked] = p
+            else:
+              head = queue[link_base[p] + q_head[p]]
+              cand_size = _rank_push(cand, 0, cand_size,
+                                     (np.int64(x_seq[head]) << pair_bits) | p)
+            p = following
         dv = x_dst[x]
-        ti = x_tensor[x]
-        for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
-          w = edge_dst[tensor_edges[k]]
-          if placement[w] != dv:
-            continue
+        for k in range(xc_ptr[x], xc_ptr[x + 1]):
+          w = xc_node[k]
           pending[w] -= 1
           if pending[w] == 0:
             ready_size[dv] = _rank_push(ready, dev_base[dv], ready_size[dv],
@@ -396,7 +451,7 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
               dirty_dev[dv] = True
               dirty_devs[num_dirty_dev] = dv
               num_dirty_dev += 1
-        u = tensor_src[ti]
+        u = tensor_src[x_tensor[x]]
         out_ref[u] -= 1
         if out_ref[u] == 0 and not is_fetch[u]:
           memory[placement[u]] -= output_bytes[u]

@@ -135,8 +135,12 @@ class SimulatorPlan:
   @functools.cached_property
   def index32(self) -> dict:
     """The index arrays the compiled pass reads, as int32 (cached)."""
-    return {name: getattr(self, name).astype(np.int32)
-            for name in schedule_kernel.INDEX_FIELDS}
+    return schedule_kernel.index_arrays(self)
+
+  @functools.cached_property
+  def grouped(self) -> bool:
+    """Whether some colocation group has more than one op."""
+    return bool(np.any(self.group_first != np.arange(self.num_nodes)))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -171,6 +175,11 @@ class DeviceTables:
   def allowed(self) -> np.ndarray:
     """bool[n, d]: kind and pin constraints of each (op, device) hold."""
     return self.kind_ok & self.pin_ok
+
+  @functools.cached_property
+  def unconstrained(self) -> tuple:
+    """(every op may run on every device's kind, no op is pinned away)."""
+    return bool(self.kind_ok.all()), bool(self.pin_ok.all())
 
 
 _PLANS = weakref.WeakKeyDictionary()
@@ -443,7 +452,8 @@ def constraint_problems(graph: op_graph.OpGraph, placement: np.ndarray,
   tables = device_tables(graph, topology)
   nodes = np.arange(plan.num_nodes)
   problems = []
-  bad_kind = np.flatnonzero(~tables.kind_ok[nodes, placement])
+  any_kind, any_pin = tables.unconstrained
+  bad_kind = _bad_nodes(tables.kind_ok, nodes, placement, any_kind)
   if bad_kind.size:
     i = int(bad_kind[0])
     device = topology.devices[placement[i]]
@@ -452,14 +462,15 @@ def constraint_problems(graph: op_graph.OpGraph, placement: np.ndarray,
         f"op {graph.node_names[i]!r} ({graph.op_types[i]}) is on {device.name} "
         f"of kind {device.kind} but may run only on {list(allowed)}"
         + _more(bad_kind.size))
-  bad_pin = np.flatnonzero(~tables.pin_ok[nodes, placement])
+  bad_pin = _bad_nodes(tables.pin_ok, nodes, placement, any_pin)
   if bad_pin.size:
     i = int(bad_pin[0])
     problems.append(
         f"op {graph.node_names[i]!r} is pinned to {graph.pinned_devices[i]} "
         f"but placed on {topology.devices[placement[i]].name}"
         + _more(bad_pin.size))
-  split = np.flatnonzero(placement != placement[plan.group_first])
+  split = (np.flatnonzero(placement != placement[plan.group_first])
+           if plan.grouped else nodes[:0])
   if split.size:
     i = int(split[0])
     members = np.flatnonzero(plan.group_first == plan.group_first[i])
@@ -468,6 +479,12 @@ def constraint_problems(graph: op_graph.OpGraph, placement: np.ndarray,
         f"colocation group {graph.colocation_groups[i]!r} is split over "
         f"{used}; its ops must share one device")
   return problems
+
+
+def _bad_nodes(ok: np.ndarray, nodes: np.ndarray, placement: np.ndarray,
+               everywhere: bool) -> np.ndarray:
+  """Nodes whose device fails `ok` (none without a look when `everywhere`)."""
+  return nodes[:0] if everywhere else np.flatnonzero(~ok[nodes, placement])
 
 
 def memory_problems(peak_bytes: np.ndarray,
