@@ -31,8 +31,8 @@ from tf_gdp.cost import compiled
 
 # The plan's index arrays `run` reads, passed as int32: half the memory
 # traffic of int64 on a pass that is mostly random reads (~20% faster).
-INDEX_FIELDS = ("rank", "order", "in_ptr", "in_edges", "out_ptr", "out_edges",
-                "edge_dst", "tensor_src", "tensor_edge_ptr", "node_tensor_ptr")
+INDEX_FIELDS = ("rank", "order", "in_ptr", "out_ptr", "tensor_src",
+                "tensor_edge_ptr", "node_tensor_ptr")
 
 
 def index_arrays(plan) -> dict:
@@ -43,14 +43,19 @@ def index_arrays(plan) -> dict:
   the event loop then reads them where it reads the edge, instead of through
   one more dependent load.
   """
-  index = {name: getattr(plan, name).astype(np.int32)
+  index = {name: getattr(plan, name).astype(np.uint32)
            for name in INDEX_FIELDS}
-  index["in_src"] = plan.edge_src[plan.in_edges].astype(np.int32)
-  index["in_tensor"] = plan.edge_tensor[plan.in_edges].astype(np.int32)
-  index["out_dst"] = plan.edge_dst[plan.out_edges].astype(np.int32)
-  index["out_tensor"] = plan.edge_tensor[plan.out_edges].astype(np.int32)
-  index["tensor_dst"] = plan.edge_dst[plan.tensor_edges].astype(np.int32)
-  index["tensor_edges"] = plan.tensor_edges.astype(np.int32)
+  index["in_src"] = plan.edge_src[plan.in_edges].astype(np.uint32)
+  index["in_control"] = plan.edge_tensor[plan.in_edges] < 0
+  index["out_dst"] = plan.edge_dst[plan.out_edges].astype(np.uint32)
+  index["out_control"] = plan.edge_tensor[plan.out_edges] < 0
+  index["tensor_dst"] = plan.edge_dst[plan.tensor_edges].astype(np.uint32)
+  in_pos = np.empty(plan.num_edges, np.uint32)
+  in_pos[plan.in_edges] = np.arange(plan.num_edges, dtype=np.uint32)
+  index["tensor_in_pos"] = in_pos[plan.tensor_edges]
+  # What an op's outputs free once nothing holds them (a fetch's: nothing).
+  index["free_bytes"] = np.where(plan.is_fetch, 0, plan.output_bytes).astype(
+      np.int64)
   return index
 
 
@@ -62,12 +67,12 @@ def arguments(plan, tables) -> tuple:
     tables: the graph x topology `simulator.DeviceTables`.
   """
   i = plan.index32
-  return (i["rank"], i["order"], i["in_ptr"], i["in_edges"], i["in_src"],
-          i["in_tensor"], i["out_ptr"], i["out_edges"], i["out_dst"],
-          i["out_tensor"], i["edge_dst"], i["tensor_src"], plan.tensor_bytes,
-          i["tensor_edge_ptr"], i["tensor_edges"], i["tensor_dst"],
-          i["node_tensor_ptr"], plan.output_bytes,
-          plan.temp_bytes, plan.memory_bytes, plan.is_fetch,
+  return (i["rank"], i["order"], i["in_ptr"], i["in_src"], i["in_control"],
+          i["out_ptr"], i["out_dst"], i["out_control"],
+          i["tensor_src"], plan.tensor_bytes, i["tensor_edge_ptr"],
+          i["tensor_dst"], i["tensor_in_pos"], i["node_tensor_ptr"],
+          plan.output_bytes,
+          plan.temp_bytes, plan.memory_bytes, i["free_bytes"],
           tables.duration_us, tables.latency_us, tables.bytes_per_us,
           tables.table_bytes, tables.table_us, tables.num_channels,
           tables.route_ptr, tables.route_channels)
@@ -122,6 +127,8 @@ def _event_pop(times, codes, size):
 @compiled.jit
 def _rank_push(heap, base, size, key):
   """Pushes `key` on the min-heap heap[base:base + size]; new size."""
+  base = np.int64(base)
+  size = np.int64(size)
   i = size
   while i > 0:
     parent = (i - 1) >> 1
@@ -136,8 +143,9 @@ def _rank_push(heap, base, size, key):
 @compiled.jit
 def _rank_pop(heap, base, size):
   """Pops the minimum of heap[base:base + size]; (minimum, new size)."""
+  base = np.int64(base)
+  size = np.int64(size) - 1
   top = heap[base]
-  size -= 1
   key = heap[base + size]
   i = 0
   while True:
@@ -183,11 +191,11 @@ def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
 
 
 @compiled.jit
-def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
-        in_src, in_tensor, out_ptr, out_edges, out_dst, out_tensor, edge_dst,
-        tensor_src, tensor_bytes, tensor_edge_ptr, tensor_edges, tensor_dst,
+def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_src,
+        in_control, out_ptr, out_dst, out_control, tensor_src,
+        tensor_bytes, tensor_edge_ptr, tensor_dst, tensor_in_pos,
         node_tensor_ptr,
-        output_bytes, temp_bytes, memory_bytes, is_fetch, duration, latency,
+        output_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
         route_channels):
   """Simulates one placement on `d` devices (arrays from `arguments`).
@@ -201,23 +209,26 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
     source and destination device, start and end time).
   """
   n = rank.shape[0]
-  m = edge_dst.shape[0]
+  m = in_src.shape[0]
 
   # Transfers: one per (tensor, destination device), numbered in tensor
-  # order; out_ref counts what keeps a producer's outputs alive.
-  edge_xfer = np.empty(m, np.int32)
-  x_tensor = np.empty(m, np.int32)
-  x_src = np.empty(m, np.int32)
-  x_dst = np.empty(m, np.int32)
-  recv_ref = np.zeros(m, np.int32)
-  node_x_ptr = np.zeros(n + 1, np.int32)
-  out_ref = np.zeros(n, np.int32)
+  # order; out_ref counts what keeps a producer's outputs alive. in_x[k] is
+  # the transfer that in-edge k (a data edge) receives, -1 if it is local.
+  in_x = np.empty(m, np.int32)
+  k_x = np.empty(m, np.int32)
+  x_tensor = np.empty(m, np.uint32)
+  x_bytes = np.empty(m, np.int64)
+  x_src = np.empty(m, np.uint32)
+  x_dst = np.empty(m, np.uint32)
+  recv_ref = np.zeros(m, np.uint32)
+  node_x_ptr = np.zeros(n + 1, np.uint32)
+  out_ref = np.zeros(n, np.uint32)
   # The consumers each transfer feeds: xc_node[xc_ptr[x]:xc_ptr[x + 1]].
-  xc_ptr = np.zeros(m + 1, np.int32)
-  xc_fill = np.empty(m, np.int32)
-  xc_node = np.empty(m, np.int32)
+  xc_ptr = np.zeros(m + 1, np.uint32)
+  xc_fill = np.empty(m, np.uint32)
+  xc_node = np.empty(m, np.uint32)
   seen_tensor = np.full(d, -1, np.int32)
-  x_of_device = np.zeros(d, np.int32)
+  x_of_device = np.zeros(d, np.uint32)
   num_x = 0
   for u in range(n):
     pu = placement[u]
@@ -225,21 +236,23 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
     for ti in range(node_tensor_ptr[u], node_tensor_ptr[u + 1]):
       first_x = num_x
       for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
-        e = tensor_edges[k]
         dv = placement[tensor_dst[k]]
         if dv == pu:
           local += 1
-          edge_xfer[e] = -1
+          k_x[k] = -1
+          in_x[tensor_in_pos[k]] = -1
           continue
         if seen_tensor[dv] != ti:
           seen_tensor[dv] = ti
           x_of_device[dv] = num_x
           x_tensor[num_x] = ti
+          x_bytes[num_x] = tensor_bytes[ti]
           x_src[num_x] = pu
           x_dst[num_x] = dv
           num_x += 1
         x = x_of_device[dv]
-        edge_xfer[e] = x
+        k_x[k] = x
+        in_x[tensor_in_pos[k]] = x
         recv_ref[x] += 1
       if first_x == num_x:
         continue
@@ -247,7 +260,7 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
         xc_ptr[x + 1] = xc_ptr[x] + recv_ref[x]
         xc_fill[x] = xc_ptr[x]
       for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
-        x = edge_xfer[tensor_edges[k]]
+        x = k_x[k]
         if x >= 0:
           xc_node[xc_fill[x]] = tensor_dst[k]
           xc_fill[x] += 1
@@ -256,15 +269,15 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
 
   # Per-pair FIFO queues, packed: pair l owns queue[link_base[l]:...].
   dd = d * d
-  link_base = np.zeros(dd + 1, np.int32)
+  link_base = np.zeros(dd + 1, np.uint32)
   for x in range(num_x):
     link_base[x_src[x] * d + x_dst[x] + 1] += 1
   for l in range(dd):
     link_base[l + 1] += link_base[l]
-  queue = np.empty(max(num_x, 1), np.int32)
-  q_head = np.zeros(dd, np.int32)
-  q_tail = np.zeros(dd, np.int32)
-  x_seq = np.empty(max(num_x, 1), np.int32)
+  queue = np.empty(max(num_x, 1), np.uint32)
+  q_head = np.zeros(dd, np.uint32)
+  q_tail = np.zeros(dd, np.uint32)
+  x_seq = np.empty(max(num_x, 1), np.uint32)
   num_seq = 0
   # Candidate pairs: a heap of (head sequence << pair_bits) | pair (sequence
   # numbers are unique, so the pair only rides along). Parked pairs: a
@@ -280,13 +293,13 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
   park_next = np.full(dd, -1, np.int32)
 
   # Per-device ready heaps of keys, packed by device.
-  dev_base = np.zeros(d + 1, np.int32)
+  dev_base = np.zeros(d + 1, np.uint32)
   for v in range(n):
     dev_base[placement[v] + 1] += 1
   for j in range(d):
     dev_base[j + 1] += dev_base[j]
-  ready = np.empty(max(n, 1), np.int32)
-  ready_size = np.zeros(d, np.int32)
+  ready = np.empty(max(n, 1), np.uint32)
+  ready_size = np.zeros(d, np.uint32)
   dev_busy = np.zeros(d, np.bool_)
 
   # Each op's time on its device, gathered in one sequential pass: the
@@ -300,7 +313,7 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
   peak = memory.copy()
   busy_us = np.zeros(d, np.float64)
 
-  pending = np.empty(n, np.int32)
+  pending = np.empty(n, np.uint32)
   for v in range(n):
     pending[v] = in_ptr[v + 1] - in_ptr[v]
     if pending[v] == 0:
@@ -309,7 +322,7 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
                                  ready_key[v])
 
   ev_time = np.empty(n + m + 1, np.float64)
-  ev_code = np.empty(n + m + 1, np.int32)
+  ev_code = np.empty(n + m + 1, np.uint32)
   ev_size = 0
   op_start = np.zeros(n, np.float64)
   op_end = np.zeros(n, np.float64)
@@ -317,7 +330,7 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
   x_end = np.zeros(max(num_x, 1), np.float64)
 
   dirty_dev = np.ones(d, np.bool_)
-  dirty_devs = np.arange(d).astype(np.int32)
+  dirty_devs = np.arange(d).astype(np.uint32)
   num_dirty_dev = d
   moved = 0
   now = 0.0
@@ -353,7 +366,7 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
         q_head[l] += 1
         s = x_src[x]
         dv = x_dst[x]
-        size = tensor_bytes[x_tensor[x]]
+        size = x_bytes[x]
         x_start[x] = now
         x_end[x] = now + _link_us(s, dv, size, latency, bytes_per_us,
                                   table_bytes, table_us)
@@ -384,21 +397,21 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
           dirty_devs[num_dirty_dev] = j
           num_dirty_dev += 1
         memory[j] -= temp_bytes[v]
-        if out_ref[v] == 0 and not is_fetch[v]:
-          memory[j] -= output_bytes[v]
+        if out_ref[v] == 0:
+          memory[j] -= free_bytes[v]
         for k in range(in_ptr[v], in_ptr[v + 1]):
-          if in_tensor[k] < 0:
+          if in_control[k]:
             continue
-          u = in_src[k]
-          if placement[u] == j:
+          x = in_x[k]
+          if x < 0:
+            u = in_src[k]
             out_ref[u] -= 1
-            if out_ref[u] == 0 and not is_fetch[u]:
-              memory[j] -= output_bytes[u]
+            if out_ref[u] == 0:
+              memory[j] -= free_bytes[u]
           else:
-            x = edge_xfer[in_edges[k]]
             recv_ref[x] -= 1
             if recv_ref[x] == 0:
-              memory[j] -= tensor_bytes[x_tensor[x]]
+              memory[j] -= x_bytes[x]
         for k in range(out_ptr[v], out_ptr[v + 1]):
           w = out_dst[k]
           jw = placement[w]
@@ -407,9 +420,9 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
             if pending[w] == 0:
               ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
                                          ready_key[w])
-          elif out_tensor[k] < 0:
+          elif out_control[k]:
             ev_size = _event_push(ev_time, ev_code, ev_size,
-                                  now + latency[j, jw], n + m + out_edges[k])
+                                  now + latency[j, jw], n + m + k)
         for x in range(node_x_ptr[v], node_x_ptr[v + 1]):
           l = x_src[x] * d + x_dst[x]
           x_seq[x] = num_seq
@@ -453,10 +466,10 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
               num_dirty_dev += 1
         u = tensor_src[x_tensor[x]]
         out_ref[u] -= 1
-        if out_ref[u] == 0 and not is_fetch[u]:
-          memory[placement[u]] -= output_bytes[u]
+        if out_ref[u] == 0:
+          memory[placement[u]] -= free_bytes[u]
       else:
-        w = edge_dst[code - n - m]
+        w = out_dst[code - n - m]
         pending[w] -= 1
         if pending[w] == 0:
           j = placement[w]

@@ -327,7 +327,7 @@ def simulate(graph: op_graph.OpGraph, placement,
   plan = prepare(graph)
   tables = device_tables(graph, topology)
   placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
-  out = schedule_kernel.run(placement.astype(np.int32), topology.num_devices,
+  out = schedule_kernel.run(placement.astype(np.uint32), topology.num_devices,
                             *ready_keys(plan, priority),
                             *schedule_kernel.arguments(plan, tables))
   (step, busy, peak, moved, count, op_start, op_end,
@@ -372,7 +372,7 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
   moved = np.empty(batch, np.int64)
   count = np.empty(batch, np.int64)
   args = ready_keys(plan, priority) + schedule_kernel.arguments(plan, tables)
-  narrow = placements.astype(np.int32)
+  narrow = placements.astype(np.uint32)
   for b in range(batch):
     # A Python loop costs ~10 us per row against milliseconds of core time,
     # and spares compiling a second (batched) copy of the core.
@@ -409,9 +409,9 @@ def ready_keys(plan: SimulatorPlan, priority=None) -> tuple:
     array = array.astype(np.float64)
     if not np.all(np.isfinite(array)):
       raise errors.InputError("priority must be finite")
-  key_node = np.lexsort((plan.rank, array)).astype(np.int32)
-  ready_key = np.empty(n, np.int32)
-  ready_key[key_node] = np.arange(n, dtype=np.int32)
+  key_node = np.lexsort((plan.rank, array)).astype(np.uint32)
+  ready_key = np.empty(n, np.uint32)
+  ready_key[key_node] = np.arange(n, dtype=np.uint32)
   return ready_key, key_node
 
 
