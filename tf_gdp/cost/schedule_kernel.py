@@ -191,22 +191,23 @@ def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
 
 
 @compiled.jit
-def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_src,
-        in_control, out_ptr, out_dst, out_control, tensor_src,
+def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
+        in_src, in_control, out_ptr, out_dst, out_control, tensor_src,
         tensor_bytes, tensor_edge_ptr, tensor_dst, tensor_in_pos,
-        node_tensor_ptr,
-        output_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
-        bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
-        route_channels):
+        node_tensor_ptr, output_bytes, temp_bytes, memory_bytes, free_bytes,
+        duration, latency, bytes_per_us, table_bytes, table_us, num_channels,
+        route_ptr, route_channels):
   """Simulates one placement on `d` devices (arrays from `arguments`).
 
-  `placement` is int32[n]; `ready_key[v]` (int32) orders ready ops on a
-  device (a permutation of 0..n-1; `key_node` is its inverse).
+  `placement` is uint32[n]; `ready_key[v]` (uint32) orders ready ops on a
+  device (a permutation of 0..n-1; `key_node` is its inverse). `record`:
+  whether to keep every op's and transfer's start and end time.
 
   Returns:
     (step time, busy us per device, peak bytes per device, bytes moved,
     number of transfers, op start and end times, and per transfer: tensor id,
-    source and destination device, start and end time).
+    source and destination device, start and end time; the four time arrays
+    are empty unless `record`).
   """
   n = rank.shape[0]
   m = in_src.shape[0]
@@ -324,10 +325,11 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_src,
   ev_time = np.empty(n + m + 1, np.float64)
   ev_code = np.empty(n + m + 1, np.uint32)
   ev_size = 0
-  op_start = np.zeros(n, np.float64)
-  op_end = np.zeros(n, np.float64)
-  x_start = np.zeros(max(num_x, 1), np.float64)
-  x_end = np.zeros(max(num_x, 1), np.float64)
+  # Start and end times are kept only when recorded (the stores miss cache).
+  op_start = np.zeros(n if record else 0, np.float64)
+  op_end = np.zeros(n if record else 0, np.float64)
+  x_start = np.zeros(num_x if record else 0, np.float64)
+  x_end = np.zeros(num_x if record else 0, np.float64)
 
   dirty_dev = np.ones(d, np.bool_)
   dirty_devs = np.arange(d).astype(np.uint32)
@@ -347,13 +349,15 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_src,
       r, ready_size[j] = _rank_pop(ready, dev_base[j], ready_size[j])
       v = key_node[r]
       dev_busy[j] = True
-      op_start[v] = now
-      op_end[v] = now + op_us[v]
+      end = now + op_us[v]
+      if record:
+        op_start[v] = now
+        op_end[v] = end
       busy_us[j] += op_us[v]
       memory[j] += output_bytes[v] + temp_bytes[v]
       if memory[j] > peak[j]:
         peak[j] = memory[j]
-      ev_size = _event_push(ev_time, ev_code, ev_size, op_end[v], rank[v])
+      ev_size = _event_push(ev_time, ev_code, ev_size, end, rank[v])
     num_dirty_dev = 0
     while cand_size > 0:
       key, cand_size = _rank_pop(cand, 0, cand_size)
@@ -367,14 +371,16 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_src,
         s = x_src[x]
         dv = x_dst[x]
         size = x_bytes[x]
-        x_start[x] = now
-        x_end[x] = now + _link_us(s, dv, size, latency, bytes_per_us,
-                                  table_bytes, table_us)
+        end = now + _link_us(s, dv, size, latency, bytes_per_us, table_bytes,
+                             table_us)
+        if record:
+          x_start[x] = now
+          x_end[x] = end
         moved += size
         memory[dv] += size
         if memory[dv] > peak[dv]:
           peak[dv] = memory[dv]
-        ev_size = _event_push(ev_time, ev_code, ev_size, x_end[x], n + x)
+        ev_size = _event_push(ev_time, ev_code, ev_size, end, n + x)
         if q_head[l] < q_tail[l]:
           blocked = route_channels[route_ptr[l]]  # its own route is busy
       if blocked >= 0:
@@ -481,5 +487,4 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_src,
             num_dirty_dev += 1
 
   return (now, busy_us, peak, moved, num_x, op_start, op_end,
-          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start[:num_x],
-          x_end[:num_x])
+          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start, x_end)

@@ -328,7 +328,7 @@ def simulate(graph: op_graph.OpGraph, placement,
   tables = device_tables(graph, topology)
   placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
   out = schedule_kernel.run(placement.astype(np.uint32), topology.num_devices,
-                            *ready_keys(plan, priority),
+                            bool(record_schedule), *ready_keys(plan, priority),
                             *schedule_kernel.arguments(plan, tables))
   (step, busy, peak, moved, count, op_start, op_end,
    x_tensor, x_src, x_dst, x_start, x_end) = out
@@ -377,7 +377,7 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
     # A Python loop costs ~10 us per row against milliseconds of core time,
     # and spares compiling a second (batched) copy of the core.
     step[b], busy[b], peak[b], moved[b], count[b] = schedule_kernel.run(
-        narrow[b], d, *args)[:5]
+        narrow[b], d, False, *args)[:5]
   fits = np.all(peak <= tables.capacity_bytes[None, :], axis=1)
   satisfied = constraints_hold(plan, tables, placements)
   return sim_results.BatchSimResult(
