@@ -31,8 +31,8 @@ from tf_gdp.cost import compiled
 
 # The plan's index arrays `run` reads, passed as int32: half the memory
 # traffic of int64 on a pass that is mostly random reads (~20% faster).
-INDEX_FIELDS = ("rank", "order", "in_ptr", "out_ptr", "tensor_src",
-                "tensor_edge_ptr", "node_tensor_ptr")
+INDEX_FIELDS = ("rank", "order", "in_ptr", "out_ptr", "tensor_edge_ptr",
+                "node_tensor_ptr")
 
 
 def index_arrays(plan) -> dict:
@@ -53,7 +53,9 @@ def index_arrays(plan) -> dict:
   in_pos = np.empty(plan.num_edges, np.uint32)
   in_pos[plan.in_edges] = np.arange(plan.num_edges, dtype=np.uint32)
   index["tensor_in_pos"] = in_pos[plan.tensor_edges]
-  # What an op's outputs free once nothing holds them (a fetch's: nothing).
+  # What an op allocates when it starts, and what its outputs free once
+  # nothing holds them (a fetch's: nothing).
+  index["start_bytes"] = plan.output_bytes + plan.temp_bytes
   index["free_bytes"] = np.where(plan.is_fetch, 0, plan.output_bytes).astype(
       np.int64)
   return index
@@ -69,13 +71,14 @@ def arguments(plan, tables) -> tuple:
   i = plan.index32
   return (i["rank"], i["order"], i["in_ptr"], i["in_src"], i["in_control"],
           i["out_ptr"], i["out_dst"], i["out_control"],
-          i["tensor_src"], plan.tensor_bytes, i["tensor_edge_ptr"],
+          plan.tensor_bytes, i["tensor_edge_ptr"],
           i["tensor_dst"], i["tensor_in_pos"], i["node_tensor_ptr"],
-          plan.output_bytes,
-          plan.temp_bytes, plan.memory_bytes, i["free_bytes"],
+          i["start_bytes"], plan.temp_bytes, plan.memory_bytes,
+          i["free_bytes"],
           tables.duration_us, tables.latency_us, tables.bytes_per_us,
           tables.table_bytes, tables.table_us, tables.num_channels,
-          tables.route_ptr, tables.route_channels)
+          tables.route_ptr.astype(np.uint32),
+          tables.route_channels.astype(np.uint32))
 
 
 @compiled.jit
@@ -192,11 +195,11 @@ def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
 
 @compiled.jit
 def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
-        in_src, in_control, out_ptr, out_dst, out_control, tensor_src,
-        tensor_bytes, tensor_edge_ptr, tensor_dst, tensor_in_pos,
-        node_tensor_ptr, output_bytes, temp_bytes, memory_bytes, free_bytes,
-        duration, latency, bytes_per_us, table_bytes, table_us, num_channels,
-        route_ptr, route_channels):
+        in_src, in_control, out_ptr, out_dst, out_control, tensor_bytes,
+        tensor_edge_ptr, tensor_dst, tensor_in_pos, node_tensor_ptr,
+        start_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
+        bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
+        route_channels):
   """Simulates one placement on `d` devices (arrays from `arguments`).
 
   `placement` is uint32[n]; `ready_key[v]` (uint32) orders ready ops on a
@@ -221,6 +224,8 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   x_bytes = np.empty(m, np.int64)
   x_src = np.empty(m, np.uint32)
   x_dst = np.empty(m, np.uint32)
+  x_pair = np.empty(m, np.uint32)  # src * d + dst
+  x_node = np.empty(m, np.uint32)  # the producer
   recv_ref = np.zeros(m, np.uint32)
   node_x_ptr = np.zeros(n + 1, np.uint32)
   out_ref = np.zeros(n, np.uint32)
@@ -250,6 +255,8 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           x_bytes[num_x] = tensor_bytes[ti]
           x_src[num_x] = pu
           x_dst[num_x] = dv
+          x_pair[num_x] = pu * d + dv
+          x_node[num_x] = u
           num_x += 1
         x = x_of_device[dv]
         k_x[k] = x
@@ -272,7 +279,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   dd = d * d
   link_base = np.zeros(dd + 1, np.uint32)
   for x in range(num_x):
-    link_base[x_src[x] * d + x_dst[x] + 1] += 1
+    link_base[x_pair[x] + 1] += 1
   for l in range(dd):
     link_base[l + 1] += link_base[l]
   queue = np.empty(max(num_x, 1), np.uint32)
@@ -354,7 +361,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         op_start[v] = now
         op_end[v] = end
       busy_us[j] += op_us[v]
-      memory[j] += output_bytes[v] + temp_bytes[v]
+      memory[j] += start_bytes[v]
       if memory[j] > peak[j]:
         peak[j] = memory[j]
       ev_size = _event_push(ev_time, ev_code, ev_size, end, rank[v])
@@ -430,7 +437,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
             ev_size = _event_push(ev_time, ev_code, ev_size,
                                   now + latency[j, jw], n + m + k)
         for x in range(node_x_ptr[v], node_x_ptr[v + 1]):
-          l = x_src[x] * d + x_dst[x]
+          l = x_pair[x]
           x_seq[x] = num_seq
           num_seq += 1
           if q_head[l] == q_tail[l]:
@@ -440,7 +447,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           q_tail[l] += 1
       elif code < n + m:
         x = code - n
-        l = x_src[x] * d + x_dst[x]
+        l = x_pair[x]
         for k in range(route_ptr[l], route_ptr[l + 1]):
           c = route_channels[k]
           chan_busy[c] = False
@@ -470,10 +477,10 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
               dirty_dev[dv] = True
               dirty_devs[num_dirty_dev] = dv
               num_dirty_dev += 1
-        u = tensor_src[x_tensor[x]]
+        u = x_node[x]
         out_ref[u] -= 1
         if out_ref[u] == 0:
-          memory[placement[u]] -= free_bytes[u]
+          memory[x_src[x]] -= free_bytes[u]
       else:
         w = out_dst[code - n - m]
         pending[w] -= 1
