@@ -226,18 +226,29 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   x_dst = np.empty(m, np.uint32)
   x_pair = np.empty(m, np.uint32)  # src * d + dst
   x_node = np.empty(m, np.uint32)  # the producer
-  recv_ref = np.zeros(m, np.uint32)
-  node_x_ptr = np.zeros(n + 1, np.uint32)
-  out_ref = np.zeros(n, np.uint32)
+  recv_ref = np.empty(m, np.uint32)
+  node_x_ptr = np.empty(n + 1, np.uint32)
+  node_x_ptr[0] = 0
+  out_ref = np.empty(n, np.uint32)
   # The consumers each transfer feeds: xc_node[xc_ptr[x]:xc_ptr[x + 1]].
-  xc_ptr = np.zeros(m + 1, np.uint32)
+  xc_ptr = np.empty(m + 1, np.uint32)
+  xc_ptr[0] = 0
   xc_fill = np.empty(m, np.uint32)
   xc_node = np.empty(m, np.uint32)
   seen_tensor = np.full(d, -1, np.int32)
   x_of_device = np.zeros(d, np.uint32)
+  # Per op on its device: its time (gathered here in order: the event loop
+  # reads ops out of order, and a row of `duration` each would miss cache),
+  # persistent memory and ready-heap slot counts.
+  op_us = np.empty(n, np.float64)
+  memory = np.zeros(d, np.int64)
+  dev_base = np.zeros(d + 1, np.uint32)
   num_x = 0
   for u in range(n):
     pu = placement[u]
+    op_us[u] = duration[u, pu]
+    memory[pu] += memory_bytes[u]
+    dev_base[pu + 1] += 1
     local = 0
     for ti in range(node_tensor_ptr[u], node_tensor_ptr[u + 1]):
       first_x = num_x
@@ -257,6 +268,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           x_dst[num_x] = dv
           x_pair[num_x] = pu * d + dv
           x_node[num_x] = u
+          recv_ref[num_x] = 0
           num_x += 1
         x = x_of_device[dv]
         k_x[k] = x
@@ -301,23 +313,12 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   park_next = np.full(dd, -1, np.int32)
 
   # Per-device ready heaps of keys, packed by device.
-  dev_base = np.zeros(d + 1, np.uint32)
-  for v in range(n):
-    dev_base[placement[v] + 1] += 1
   for j in range(d):
     dev_base[j + 1] += dev_base[j]
   ready = np.empty(max(n, 1), np.uint32)
   ready_size = np.zeros(d, np.uint32)
   dev_busy = np.zeros(d, np.bool_)
 
-  # Each op's time on its device, gathered in one sequential pass: the
-  # event loop reads ops out of order, and a row of `duration` per op costs a
-  # cache miss there.
-  op_us = np.empty(n, np.float64)
-  memory = np.zeros(d, np.int64)
-  for v in range(n):
-    memory[placement[v]] += memory_bytes[v]
-    op_us[v] = duration[v, placement[v]]
   peak = memory.copy()
   busy_us = np.zeros(d, np.float64)
 
