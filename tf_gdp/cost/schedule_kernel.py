@@ -6,7 +6,8 @@ the binary heaps it runs on. Everything here is numba-compiled
 (`compiled.jit`) and takes numpy arrays only.
 
 Event codes: an op end is its topological rank (< n), a transfer end is
-n + transfer id, a control signal arrival is n + m + edge id. The event heap
+n + transfer id, a control signal arrival is n + m + the edge's position in
+the out-edge lists (`out_ptr`). The event heap
 orders by (time, code), so at one instant op ends come first (by rank),
 then transfer ends (in creation order), then control arrivals.
 
@@ -22,63 +23,17 @@ parked on a busy channel of its route (a list per channel); a channel that
 frees makes its parked pairs candidates again. Candidates are tried oldest
 head first, so transfers start exactly as a scan over all waiting transfers
 in sequence order would start them, at O(log d) per transfer and release.
+A pair freed from one channel that still has another busy channel parks on
+that one directly: channels only free between two dispatches, so it could
+not start before then.
+
+Index arrays are unsigned (uint32, built by `kernel_inputs`): an unsigned
+index spares numba's negative-index fix-up on every read of the event loop.
 """
 
 import numpy as np
 
 from tf_gdp.cost import compiled
-
-
-# The plan's index arrays `run` reads, passed as int32: half the memory
-# traffic of int64 on a pass that is mostly random reads (~20% faster).
-INDEX_FIELDS = ("rank", "order", "in_ptr", "out_ptr", "tensor_edge_ptr",
-                "node_tensor_ptr")
-
-
-def index_arrays(plan) -> dict:
-  """`plan`'s int32 index arrays for `run`, with endpoints per CSR entry.
-
-  An edge's other end and tensor are also stored in the order of each CSR
-  that lists the edge (in_src, in_tensor, out_dst, out_tensor, tensor_dst):
-  the event loop then reads them where it reads the edge, instead of through
-  one more dependent load.
-  """
-  index = {name: getattr(plan, name).astype(np.uint32)
-           for name in INDEX_FIELDS}
-  index["in_src"] = plan.edge_src[plan.in_edges].astype(np.uint32)
-  index["in_control"] = plan.edge_tensor[plan.in_edges] < 0
-  index["out_dst"] = plan.edge_dst[plan.out_edges].astype(np.uint32)
-  index["out_control"] = plan.edge_tensor[plan.out_edges] < 0
-  index["tensor_dst"] = plan.edge_dst[plan.tensor_edges].astype(np.uint32)
-  in_pos = np.empty(plan.num_edges, np.uint32)
-  in_pos[plan.in_edges] = np.arange(plan.num_edges, dtype=np.uint32)
-  index["tensor_in_pos"] = in_pos[plan.tensor_edges]
-  # What an op allocates when it starts, and what its outputs free once
-  # nothing holds them (a fetch's: nothing).
-  index["start_bytes"] = plan.output_bytes + plan.temp_bytes
-  index["free_bytes"] = np.where(plan.is_fetch, 0, plan.output_bytes).astype(
-      np.int64)
-  return index
-
-
-def arguments(plan, tables) -> tuple:
-  """`run`'s arguments after placement, device count, ready_key, key_node.
-
-  Args:
-    plan: the graph's `simulator.SimulatorPlan`.
-    tables: the graph x topology `simulator.DeviceTables`.
-  """
-  i = plan.index32
-  return (i["rank"], i["order"], i["in_ptr"], i["in_src"], i["in_control"],
-          i["out_ptr"], i["out_dst"], i["out_control"],
-          plan.tensor_bytes, i["tensor_edge_ptr"],
-          i["tensor_dst"], i["tensor_in_pos"], i["node_tensor_ptr"],
-          i["start_bytes"], plan.temp_bytes, plan.memory_bytes,
-          i["free_bytes"],
-          tables.duration_us, tables.latency_us, tables.bytes_per_us,
-          tables.table_bytes, tables.table_us, tables.num_channels,
-          tables.route_ptr.astype(np.uint32),
-          tables.route_channels.astype(np.uint32))
 
 
 @compiled.jit
@@ -200,7 +155,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         start_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
         route_channels):
-  """Simulates one placement on `d` devices (arrays from `arguments`).
+  """Simulates one placement on `d` devices (`kernel_inputs.arguments`).
 
   `placement` is uint32[n]; `ready_key[v]` (uint32) orders ready ops on a
   device (a permutation of 0..n-1; `key_node` is its inverse). `record`:
@@ -241,6 +196,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   # reads ops out of order, and a row of `duration` each would miss cache),
   # persistent memory and ready-heap slot counts.
   op_us = np.empty(n, np.float64)
+  end_bytes = np.empty(n, np.int64)
   memory = np.zeros(d, np.int64)
   dev_base = np.zeros(d + 1, np.uint32)
   num_x = 0
@@ -286,6 +242,9 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           xc_fill[x] += 1
     node_x_ptr[u + 1] = num_x
     out_ref[u] = local + num_x - node_x_ptr[u]
+    # What the op frees as it ends: its temporaries, and its outputs if
+    # nothing consumes them (consumers start only after it ends).
+    end_bytes[u] = temp_bytes[u] + (free_bytes[u] if out_ref[u] == 0 else 0)
 
   # Per-pair FIFO queues, packed: pair l owns queue[link_base[l]:...].
   dd = d * d
@@ -410,9 +369,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           dirty_dev[j] = True
           dirty_devs[num_dirty_dev] = j
           num_dirty_dev += 1
-        memory[j] -= temp_bytes[v]
-        if out_ref[v] == 0:
-          memory[j] -= free_bytes[v]
+        memory[j] -= end_bytes[v]
         for k in range(in_ptr[v], in_ptr[v + 1]):
           if in_control[k]:
             continue

@@ -57,11 +57,10 @@ one device, and pinned devices (a pin constrains only the fields it names:
 of that task). Invalid placements are still simulated, so RL can shape its
 reward from their step time.
 
-The per-placement pass is `schedule_kernel.run`, its results are the types
-of `sim_results`; device strings are parsed by
+The per-placement pass is `schedule_kernel.run` (over `kernel_inputs`), its
+results are the types of `sim_results`; device strings are parsed by
 `device_names`; `simulator_reference.simulate_reference` is an independent,
-plain-Python implementation of the same model that tests check the compiled
-pass against.
+plain-Python implementation of the same model that tests check it against.
 """
 
 import dataclasses
@@ -72,6 +71,7 @@ import numpy as np
 
 from tf_gdp import errors
 from tf_gdp.cost import device_names
+from tf_gdp.cost import kernel_inputs
 from tf_gdp.cost import schedule_kernel
 from tf_gdp.cost import sim_results
 from tf_gdp.cost import topology as topology_lib
@@ -133,9 +133,9 @@ class SimulatorPlan:
       default_factory=weakref.WeakKeyDictionary, repr=False)
 
   @functools.cached_property
-  def index32(self) -> dict:
-    """The index arrays the compiled pass reads, as int32 (cached)."""
-    return schedule_kernel.index_arrays(self)
+  def kernel_arrays(self) -> dict:
+    """The arrays the compiled pass reads, in its types (cached)."""
+    return kernel_inputs.build(self)
 
   @functools.cached_property
   def grouped(self) -> bool:
@@ -329,7 +329,7 @@ def simulate(graph: op_graph.OpGraph, placement,
   placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
   out = schedule_kernel.run(placement.astype(np.uint32), topology.num_devices,
                             bool(record_schedule), *ready_keys(plan, priority),
-                            *schedule_kernel.arguments(plan, tables))
+                            *kernel_inputs.arguments(plan, tables))
   (step, busy, peak, moved, count, op_start, op_end,
    x_tensor, x_src, x_dst, x_start, x_end) = out
   problems = constraint_problems(graph, placement, topology)
@@ -371,7 +371,7 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
   peak = np.empty((batch, d), np.int64)
   moved = np.empty(batch, np.int64)
   count = np.empty(batch, np.int64)
-  args = ready_keys(plan, priority) + schedule_kernel.arguments(plan, tables)
+  args = ready_keys(plan, priority) + kernel_inputs.arguments(plan, tables)
   narrow = placements.astype(np.uint32)
   for b in range(batch):
     # A Python loop costs ~10 us per row against milliseconds of core time,
@@ -388,14 +388,14 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
 
 
 def ready_keys(plan: SimulatorPlan, priority=None) -> tuple:
-  """(ready_key int32[n], key_node int32[n]) for `schedule_kernel.run`.
+  """(ready_key uint32[n], key_node uint32[n]) for `schedule_kernel.run`.
 
   A device's ready ops run in increasing `priority`, ties by topological
   rank; None is the topological order itself. InputError on a bad shape or
   a value that is not a finite number.
   """
   if priority is None:
-    return plan.index32["rank"], plan.index32["order"]
+    return plan.kernel_arrays["rank"], plan.kernel_arrays["order"]
   array = np.asarray(priority)
   n = plan.num_nodes
   if array.shape != (n,):
