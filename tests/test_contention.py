@@ -17,6 +17,7 @@ from tf_gdp.graph import op_graph
 from test_simulator import assert_agrees_with_reference
 from test_simulator import random_graph
 from test_simulator import random_priority
+from test_simulator import random_topology
 
 PRESETS = ("p100x2", "p100x4", "v100x8", "h100x8")
 
@@ -187,6 +188,33 @@ def test_compiled_core_agrees_with_reference_on_contended_presets(
     seed, n, preset, scale):
   rng, graph, topo, placement = _preset_case(seed, n, preset, scale)
   assert_agrees_with_reference(graph, placement, topo, random_priority(rng, n))
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(seed=st.integers(0, 2**32 - 1), n=st.integers(20, 120),
+                  d=st.integers(3, 9))
+def test_busy_channels_and_unrecorded_runs_agree_with_reference(seed, n, d):
+  # Many devices and transfers over random shared routes: pairs wait on
+  # several busy channels at once and are parked again as channels free
+  # (up to 81 pairs, so candidate keys use up to 7 pair bits).
+  rng = np.random.default_rng(seed)
+  graph = random_graph(rng, n)
+  topo = random_topology(rng, d)
+  while not topo.contended:
+    topo = random_topology(rng, d)
+  placement = rng.integers(0, d, n)
+  priority = random_priority(rng, n)
+  assert_agrees_with_reference(graph, placement, topo, priority)
+  recorded = simulator.simulate(graph, placement, topo, record_schedule=True,
+                                priority=priority)
+  plain = simulator.simulate(graph, placement, topo, priority=priority)
+  assert plain.schedule is None
+  assert plain.step_time_us == recorded.step_time_us
+  assert plain.device_busy_us.tolist() == recorded.device_busy_us.tolist()
+  assert (plain.peak_memory_bytes.tolist() ==
+          recorded.peak_memory_bytes.tolist())
+  assert plain.num_transfers == recorded.num_transfers
+  assert plain.transfer_bytes == recorded.transfer_bytes
 
 
 # ---- priorities --------------------------------------------------------------

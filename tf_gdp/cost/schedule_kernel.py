@@ -6,7 +6,8 @@ the binary heaps it runs on. Everything here is numba-compiled
 (`compiled.jit`) and takes numpy arrays only.
 
 Event codes: an op end is its topological rank (< n), a transfer end is
-n + transfer id, a control signal arrival is n + m + edge id. The event heap
+n + transfer id, a control signal arrival is n + m + the edge's position in
+the out-edge lists (`out_ptr`). The event heap
 orders by (time, code), so at one instant op ends come first (by rank),
 then transfer ends (in creation order), then control arrivals.
 
@@ -22,36 +23,17 @@ parked on a busy channel of its route (a list per channel); a channel that
 frees makes its parked pairs candidates again. Candidates are tried oldest
 head first, so transfers start exactly as a scan over all waiting transfers
 in sequence order would start them, at O(log d) per transfer and release.
+A pair freed from one channel that still has another busy channel parks on
+that one directly: channels only free between two dispatches, so it could
+not start before then.
+
+Index arrays are unsigned (uint32, built by `kernel_inputs`): an unsigned
+index spares numba's negative-index fix-up on every read of the event loop.
 """
 
 import numpy as np
 
 from tf_gdp.cost import compiled
-
-
-# The plan's index arrays `run` reads, passed as int32: half the memory
-# traffic of int64 on a pass that is mostly random reads (~20% faster).
-INDEX_FIELDS = ("rank", "order", "in_ptr", "in_edges", "out_ptr", "out_edges",
-                "edge_src", "edge_dst", "edge_tensor", "tensor_src",
-                "tensor_edge_ptr", "tensor_edges", "node_tensor_ptr")
-
-
-def arguments(plan, tables) -> tuple:
-  """`run`'s arguments after placement, device count, ready_key, key_node.
-
-  Args:
-    plan: the graph's `simulator.SimulatorPlan`.
-    tables: the graph x topology `simulator.DeviceTables`.
-  """
-  i = plan.index32
-  return (i["rank"], i["order"], i["in_ptr"], i["in_edges"], i["out_ptr"],
-          i["out_edges"], i["edge_src"], i["edge_dst"], i["edge_tensor"],
-          i["tensor_src"], plan.tensor_bytes, i["tensor_edge_ptr"],
-          i["tensor_edges"], i["node_tensor_ptr"], plan.output_bytes,
-          plan.temp_bytes, plan.memory_bytes, plan.is_fetch,
-          tables.duration_us, tables.latency_us, tables.bytes_per_us,
-          tables.table_bytes, tables.table_us, tables.num_channels,
-          tables.route_ptr, tables.route_channels)
 
 
 @compiled.jit
@@ -103,6 +85,8 @@ def _event_pop(times, codes, size):
 @compiled.jit
 def _rank_push(heap, base, size, key):
   """Pushes `key` on the min-heap heap[base:base + size]; new size."""
+  base = np.int64(base)
+  size = np.int64(size)
   i = size
   while i > 0:
     parent = (i - 1) >> 1
@@ -117,8 +101,9 @@ def _rank_push(heap, base, size, key):
 @compiled.jit
 def _rank_pop(heap, base, size):
   """Pops the minimum of heap[base:base + size]; (minimum, new size)."""
+  base = np.int64(base)
+  size = np.int64(size) - 1
   top = heap[base]
-  size -= 1
   key = heap[base + size]
   i = 0
   while True:
@@ -133,6 +118,15 @@ def _rank_pop(heap, base, size):
     i = child
   heap[base + i] = key
   return top, size
+
+
+@compiled.jit
+def _first_busy(chan_busy, route_ptr, route_channels, l):
+  """The first busy channel on pair l's route, or -1 if all are free."""
+  for k in range(route_ptr[l], route_ptr[l + 1]):
+    if chan_busy[route_channels[k]]:
+      return route_channels[k]
+  return -1
 
 
 @compiled.jit
@@ -155,75 +149,122 @@ def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
 
 
 @compiled.jit
-def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
-        out_ptr, out_edges, edge_src, edge_dst, edge_tensor, tensor_src,
-        tensor_bytes, tensor_edge_ptr, tensor_edges, node_tensor_ptr,
-        output_bytes, temp_bytes, memory_bytes, is_fetch, duration, latency,
+def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
+        in_src, in_control, out_ptr, out_dst, out_control, tensor_bytes,
+        tensor_edge_ptr, tensor_dst, tensor_in_pos, node_tensor_ptr,
+        start_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
         route_channels):
-  """Simulates one placement on `d` devices (arrays from `arguments`).
+  """Simulates one placement on `d` devices (`kernel_inputs.arguments`).
 
-  `placement` is int32[n]; `ready_key[v]` (int32) orders ready ops on a
-  device (a permutation of 0..n-1; `key_node` is its inverse).
+  `placement` is uint32[n]; `ready_key[v]` (uint32) orders ready ops on a
+  device (a permutation of 0..n-1; `key_node` is its inverse). `record`:
+  whether to keep every op's and transfer's start and end time.
 
   Returns:
     (step time, busy us per device, peak bytes per device, bytes moved,
     number of transfers, op start and end times, and per transfer: tensor id,
-    source and destination device, start and end time).
+    source and destination device, start and end time; the four time arrays
+    are empty unless `record`).
   """
   n = rank.shape[0]
-  m = edge_src.shape[0]
+  m = in_src.shape[0]
 
   # Transfers: one per (tensor, destination device), numbered in tensor
-  # order; out_ref counts what keeps a producer's outputs alive.
-  edge_xfer = np.empty(m, np.int32)
-  x_tensor = np.empty(m, np.int32)
-  x_src = np.empty(m, np.int32)
-  x_dst = np.empty(m, np.int32)
-  recv_ref = np.zeros(m, np.int32)
-  node_x_ptr = np.zeros(n + 1, np.int32)
-  out_ref = np.zeros(n, np.int32)
+  # order; out_ref counts what keeps a producer's outputs alive. in_x[k] is
+  # the transfer that in-edge k (a data edge) receives, -1 if it is local.
+  in_x = np.empty(m, np.int32)
+  k_x = np.empty(m, np.int32)
+  x_tensor = np.empty(m, np.uint32)
+  x_bytes = np.empty(m, np.int64)
+  x_src = np.empty(m, np.uint32)
+  x_dst = np.empty(m, np.uint32)
+  x_pair = np.empty(m, np.uint32)  # src * d + dst
+  x_node = np.empty(m, np.uint32)  # the producer
+  recv_ref = np.empty(m, np.uint32)
+  node_x_ptr = np.empty(n + 1, np.uint32)
+  node_x_ptr[0] = 0
+  out_ref = np.empty(n, np.uint32)
+  # The consumers each transfer feeds: xc_node[xc_ptr[x]:xc_ptr[x + 1]].
+  xc_ptr = np.empty(m + 1, np.uint32)
+  xc_ptr[0] = 0
+  xc_fill = np.empty(m, np.uint32)
+  xc_node = np.empty(m, np.uint32)
   seen_tensor = np.full(d, -1, np.int32)
-  x_of_device = np.zeros(d, np.int32)
+  x_of_device = np.zeros(d, np.uint32)
+  # Per op on its device: its time (gathered here in order: the event loop
+  # reads ops out of order, and a row of `duration` each would miss cache),
+  # persistent memory and ready-heap slot counts.
+  op_us = np.empty(n, np.float64)
+  end_bytes = np.empty(n, np.int64)
+  memory = np.zeros(d, np.int64)
+  dev_base = np.zeros(d + 1, np.uint32)
   num_x = 0
   for u in range(n):
     pu = placement[u]
+    op_us[u] = duration[u, pu]
+    memory[pu] += memory_bytes[u]
+    dev_base[pu + 1] += 1
     local = 0
     for ti in range(node_tensor_ptr[u], node_tensor_ptr[u + 1]):
+      first_x = num_x
       for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
-        e = tensor_edges[k]
-        dv = placement[edge_dst[e]]
+        dv = placement[tensor_dst[k]]
         if dv == pu:
           local += 1
-          edge_xfer[e] = -1
+          k_x[k] = -1
+          in_x[tensor_in_pos[k]] = -1
           continue
         if seen_tensor[dv] != ti:
           seen_tensor[dv] = ti
           x_of_device[dv] = num_x
           x_tensor[num_x] = ti
+          x_bytes[num_x] = tensor_bytes[ti]
           x_src[num_x] = pu
           x_dst[num_x] = dv
+          x_pair[num_x] = pu * d + dv
+          x_node[num_x] = u
+          recv_ref[num_x] = 0
           num_x += 1
         x = x_of_device[dv]
-        edge_xfer[e] = x
+        k_x[k] = x
+        in_x[tensor_in_pos[k]] = x
         recv_ref[x] += 1
+      if first_x == num_x:
+        continue
+      for x in range(first_x, num_x):
+        xc_ptr[x + 1] = xc_ptr[x] + recv_ref[x]
+        xc_fill[x] = xc_ptr[x]
+      for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
+        x = k_x[k]
+        if x >= 0:
+          xc_node[xc_fill[x]] = tensor_dst[k]
+          xc_fill[x] += 1
     node_x_ptr[u + 1] = num_x
     out_ref[u] = local + num_x - node_x_ptr[u]
+    # What the op frees as it ends: its temporaries, and its outputs if
+    # nothing consumes them (consumers start only after it ends).
+    end_bytes[u] = temp_bytes[u] + (free_bytes[u] if out_ref[u] == 0 else 0)
 
   # Per-pair FIFO queues, packed: pair l owns queue[link_base[l]:...].
   dd = d * d
-  link_base = np.zeros(dd + 1, np.int32)
+  link_base = np.zeros(dd + 1, np.uint32)
   for x in range(num_x):
-    link_base[x_src[x] * d + x_dst[x] + 1] += 1
+    link_base[x_pair[x] + 1] += 1
   for l in range(dd):
     link_base[l + 1] += link_base[l]
-  queue = np.empty(max(num_x, 1), np.int32)
-  q_head = np.zeros(dd, np.int32)
-  q_tail = np.zeros(dd, np.int32)
-  x_seq = np.empty(max(num_x, 1), np.int32)
+  queue = np.empty(max(num_x, 1), np.uint32)
+  q_head = np.zeros(dd, np.uint32)
+  q_tail = np.zeros(dd, np.uint32)
+  x_seq = np.empty(max(num_x, 1), np.uint32)
   num_seq = 0
-  # Candidate pairs: a heap of head sequence * dd + pair. Parked pairs: a
+  # Candidate pairs: a heap of (head sequence << pair_bits) | pair (sequence
+  # numbers are unique, so the pair only rides along). Parked pairs: a
   # linked list per busy channel.
+  pair_bits = 1
+  while (1 << pair_bits) < dd:
+    pair_bits += 1
+  pair_mask = (1 << pair_bits) - 1
   cand = np.empty(dd, np.int64)
   cand_size = 0
   chan_busy = np.zeros(num_channels, np.bool_)
@@ -231,22 +272,16 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
   park_next = np.full(dd, -1, np.int32)
 
   # Per-device ready heaps of keys, packed by device.
-  dev_base = np.zeros(d + 1, np.int32)
-  for v in range(n):
-    dev_base[placement[v] + 1] += 1
   for j in range(d):
     dev_base[j + 1] += dev_base[j]
-  ready = np.empty(max(n, 1), np.int32)
-  ready_size = np.zeros(d, np.int32)
+  ready = np.empty(max(n, 1), np.uint32)
+  ready_size = np.zeros(d, np.uint32)
   dev_busy = np.zeros(d, np.bool_)
 
-  memory = np.zeros(d, np.int64)
-  for v in range(n):
-    memory[placement[v]] += memory_bytes[v]
   peak = memory.copy()
   busy_us = np.zeros(d, np.float64)
 
-  pending = np.empty(n, np.int32)
+  pending = np.empty(n, np.uint32)
   for v in range(n):
     pending[v] = in_ptr[v + 1] - in_ptr[v]
     if pending[v] == 0:
@@ -255,15 +290,16 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
                                  ready_key[v])
 
   ev_time = np.empty(n + m + 1, np.float64)
-  ev_code = np.empty(n + m + 1, np.int32)
+  ev_code = np.empty(n + m + 1, np.uint32)
   ev_size = 0
-  op_start = np.zeros(n, np.float64)
-  op_end = np.zeros(n, np.float64)
-  x_start = np.zeros(max(num_x, 1), np.float64)
-  x_end = np.zeros(max(num_x, 1), np.float64)
+  # Start and end times are kept only when recorded (the stores miss cache).
+  op_start = np.zeros(n if record else 0, np.float64)
+  op_end = np.zeros(n if record else 0, np.float64)
+  x_start = np.zeros(num_x if record else 0, np.float64)
+  x_end = np.zeros(num_x if record else 0, np.float64)
 
   dirty_dev = np.ones(d, np.bool_)
-  dirty_devs = np.arange(d).astype(np.int32)
+  dirty_devs = np.arange(d).astype(np.uint32)
   num_dirty_dev = d
   moved = 0
   now = 0.0
@@ -280,22 +316,20 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
       r, ready_size[j] = _rank_pop(ready, dev_base[j], ready_size[j])
       v = key_node[r]
       dev_busy[j] = True
-      op_start[v] = now
-      op_end[v] = now + duration[v, j]
-      busy_us[j] += duration[v, j]
-      memory[j] += output_bytes[v] + temp_bytes[v]
+      end = now + op_us[v]
+      if record:
+        op_start[v] = now
+        op_end[v] = end
+      busy_us[j] += op_us[v]
+      memory[j] += start_bytes[v]
       if memory[j] > peak[j]:
         peak[j] = memory[j]
-      ev_size = _event_push(ev_time, ev_code, ev_size, op_end[v], rank[v])
+      ev_size = _event_push(ev_time, ev_code, ev_size, end, rank[v])
     num_dirty_dev = 0
     while cand_size > 0:
       key, cand_size = _rank_pop(cand, 0, cand_size)
-      l = key % dd
-      blocked = -1
-      for k in range(route_ptr[l], route_ptr[l + 1]):
-        if chan_busy[route_channels[k]]:
-          blocked = route_channels[k]
-          break
+      l = key & pair_mask
+      blocked = _first_busy(chan_busy, route_ptr, route_channels, l)
       if blocked < 0:
         for k in range(route_ptr[l], route_ptr[l + 1]):
           chan_busy[route_channels[k]] = True
@@ -303,15 +337,17 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
         q_head[l] += 1
         s = x_src[x]
         dv = x_dst[x]
-        size = tensor_bytes[x_tensor[x]]
-        x_start[x] = now
-        x_end[x] = now + _link_us(s, dv, size, latency, bytes_per_us,
-                                  table_bytes, table_us)
+        size = x_bytes[x]
+        end = now + _link_us(s, dv, size, latency, bytes_per_us, table_bytes,
+                             table_us)
+        if record:
+          x_start[x] = now
+          x_end[x] = end
         moved += size
         memory[dv] += size
         if memory[dv] > peak[dv]:
           peak[dv] = memory[dv]
-        ev_size = _event_push(ev_time, ev_code, ev_size, x_end[x], n + x)
+        ev_size = _event_push(ev_time, ev_code, ev_size, end, n + x)
         if q_head[l] < q_tail[l]:
           blocked = route_channels[route_ptr[l]]  # its own route is busy
       if blocked >= 0:
@@ -333,61 +369,64 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
           dirty_dev[j] = True
           dirty_devs[num_dirty_dev] = j
           num_dirty_dev += 1
-        memory[j] -= temp_bytes[v]
-        if out_ref[v] == 0 and not is_fetch[v]:
-          memory[j] -= output_bytes[v]
+        memory[j] -= end_bytes[v]
         for k in range(in_ptr[v], in_ptr[v + 1]):
-          e = in_edges[k]
-          if edge_tensor[e] < 0:
+          if in_control[k]:
             continue
-          u = edge_src[e]
-          if placement[u] == j:
+          x = in_x[k]
+          if x < 0:
+            u = in_src[k]
             out_ref[u] -= 1
-            if out_ref[u] == 0 and not is_fetch[u]:
-              memory[j] -= output_bytes[u]
+            if out_ref[u] == 0:
+              memory[j] -= free_bytes[u]
           else:
-            x = edge_xfer[e]
             recv_ref[x] -= 1
             if recv_ref[x] == 0:
-              memory[j] -= tensor_bytes[x_tensor[x]]
+              memory[j] -= x_bytes[x]
         for k in range(out_ptr[v], out_ptr[v + 1]):
-          e = out_edges[k]
-          w = edge_dst[e]
+          w = out_dst[k]
           jw = placement[w]
           if jw == j:
             pending[w] -= 1
             if pending[w] == 0:
               ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
                                          ready_key[w])
-          elif edge_tensor[e] < 0:
+          elif out_control[k]:
             ev_size = _event_push(ev_time, ev_code, ev_size,
-                                  now + latency[j, jw], n + m + e)
+                                  now + latency[j, jw], n + m + k)
         for x in range(node_x_ptr[v], node_x_ptr[v + 1]):
-          l = x_src[x] * d + x_dst[x]
+          l = x_pair[x]
           x_seq[x] = num_seq
           num_seq += 1
           if q_head[l] == q_tail[l]:
-            cand_size = _rank_push(cand, 0, cand_size, x_seq[x] * dd + l)
+            cand_size = _rank_push(cand, 0, cand_size,
+                                 (np.int64(x_seq[x]) << pair_bits) | l)
           queue[link_base[l] + q_tail[l]] = x
           q_tail[l] += 1
       elif code < n + m:
         x = code - n
-        l = x_src[x] * d + x_dst[x]
+        l = x_pair[x]
         for k in range(route_ptr[l], route_ptr[l + 1]):
           c = route_channels[k]
           chan_busy[c] = False
           p = park_first[c]
           park_first[c] = -1
           while p >= 0:
-            head = queue[link_base[p] + q_head[p]]
-            cand_size = _rank_push(cand, 0, cand_size, x_seq[head] * dd + p)
-            p = park_next[p]
+            following = park_next[p]
+            # Channels only free until the next dispatch: a pair with another
+            # busy channel cannot start yet, so it parks there directly.
+            blocked = _first_busy(chan_busy, route_ptr, route_channels, p)
+            if blocked >= 0:
+              park_next[p] = park_first[blocked]
+              park_first[blocked] = p
+            else:
+              head = queue[link_base[p] + q_head[p]]
+              cand_size = _rank_push(cand, 0, cand_size,
+                                     (np.int64(x_seq[head]) << pair_bits) | p)
+            p = following
         dv = x_dst[x]
-        ti = x_tensor[x]
-        for k in range(tensor_edge_ptr[ti], tensor_edge_ptr[ti + 1]):
-          w = edge_dst[tensor_edges[k]]
-          if placement[w] != dv:
-            continue
+        for k in range(xc_ptr[x], xc_ptr[x + 1]):
+          w = xc_node[k]
           pending[w] -= 1
           if pending[w] == 0:
             ready_size[dv] = _rank_push(ready, dev_base[dv], ready_size[dv],
@@ -396,12 +435,12 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
               dirty_dev[dv] = True
               dirty_devs[num_dirty_dev] = dv
               num_dirty_dev += 1
-        u = tensor_src[ti]
+        u = x_node[x]
         out_ref[u] -= 1
-        if out_ref[u] == 0 and not is_fetch[u]:
-          memory[placement[u]] -= output_bytes[u]
+        if out_ref[u] == 0:
+          memory[x_src[x]] -= free_bytes[u]
       else:
-        w = edge_dst[code - n - m]
+        w = out_dst[code - n - m]
         pending[w] -= 1
         if pending[w] == 0:
           j = placement[w]
@@ -413,5 +452,4 @@ def run(placement, d, ready_key, key_node, rank, order, in_ptr, in_edges,
             num_dirty_dev += 1
 
   return (now, busy_us, peak, moved, num_x, op_start, op_end,
-          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start[:num_x],
-          x_end[:num_x])
+          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start, x_end)

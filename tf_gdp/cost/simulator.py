@@ -57,11 +57,10 @@ one device, and pinned devices (a pin constrains only the fields it names:
 of that task). Invalid placements are still simulated, so RL can shape its
 reward from their step time.
 
-The per-placement pass is `schedule_kernel.run`, its results are the types
-of `sim_results`; device strings are parsed by
+The per-placement pass is `schedule_kernel.run` (over `kernel_inputs`), its
+results are the types of `sim_results`; device strings are parsed by
 `device_names`; `simulator_reference.simulate_reference` is an independent,
-plain-Python implementation of the same model that tests check the compiled
-pass against.
+plain-Python implementation of the same model that tests check it against.
 """
 
 import dataclasses
@@ -72,6 +71,7 @@ import numpy as np
 
 from tf_gdp import errors
 from tf_gdp.cost import device_names
+from tf_gdp.cost import kernel_inputs
 from tf_gdp.cost import schedule_kernel
 from tf_gdp.cost import sim_results
 from tf_gdp.cost import topology as topology_lib
@@ -133,10 +133,14 @@ class SimulatorPlan:
       default_factory=weakref.WeakKeyDictionary, repr=False)
 
   @functools.cached_property
-  def index32(self) -> dict:
-    """The index arrays the compiled pass reads, as int32 (cached)."""
-    return {name: getattr(self, name).astype(np.int32)
-            for name in schedule_kernel.INDEX_FIELDS}
+  def kernel_arrays(self) -> dict:
+    """The arrays the compiled pass reads, in its types (cached)."""
+    return kernel_inputs.build(self)
+
+  @functools.cached_property
+  def grouped(self) -> bool:
+    """Whether some colocation group has more than one op."""
+    return bool(np.any(self.group_first != np.arange(self.num_nodes)))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -171,6 +175,11 @@ class DeviceTables:
   def allowed(self) -> np.ndarray:
     """bool[n, d]: kind and pin constraints of each (op, device) hold."""
     return self.kind_ok & self.pin_ok
+
+  @functools.cached_property
+  def unconstrained(self) -> tuple:
+    """(every op may run on every device's kind, no op is pinned away)."""
+    return bool(self.kind_ok.all()), bool(self.pin_ok.all())
 
 
 _PLANS = weakref.WeakKeyDictionary()
@@ -318,9 +327,9 @@ def simulate(graph: op_graph.OpGraph, placement,
   plan = prepare(graph)
   tables = device_tables(graph, topology)
   placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
-  out = schedule_kernel.run(placement.astype(np.int32), topology.num_devices,
-                            *ready_keys(plan, priority),
-                            *schedule_kernel.arguments(plan, tables))
+  out = schedule_kernel.run(placement.astype(np.uint32), topology.num_devices,
+                            bool(record_schedule), *ready_keys(plan, priority),
+                            *kernel_inputs.arguments(plan, tables))
   (step, busy, peak, moved, count, op_start, op_end,
    x_tensor, x_src, x_dst, x_start, x_end) = out
   problems = constraint_problems(graph, placement, topology)
@@ -362,13 +371,13 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
   peak = np.empty((batch, d), np.int64)
   moved = np.empty(batch, np.int64)
   count = np.empty(batch, np.int64)
-  args = ready_keys(plan, priority) + schedule_kernel.arguments(plan, tables)
-  narrow = placements.astype(np.int32)
+  args = ready_keys(plan, priority) + kernel_inputs.arguments(plan, tables)
+  narrow = placements.astype(np.uint32)
   for b in range(batch):
     # A Python loop costs ~10 us per row against milliseconds of core time,
     # and spares compiling a second (batched) copy of the core.
     step[b], busy[b], peak[b], moved[b], count[b] = schedule_kernel.run(
-        narrow[b], d, *args)[:5]
+        narrow[b], d, False, *args)[:5]
   fits = np.all(peak <= tables.capacity_bytes[None, :], axis=1)
   satisfied = constraints_hold(plan, tables, placements)
   return sim_results.BatchSimResult(
@@ -379,14 +388,14 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
 
 
 def ready_keys(plan: SimulatorPlan, priority=None) -> tuple:
-  """(ready_key int32[n], key_node int32[n]) for `schedule_kernel.run`.
+  """(ready_key uint32[n], key_node uint32[n]) for `schedule_kernel.run`.
 
   A device's ready ops run in increasing `priority`, ties by topological
   rank; None is the topological order itself. InputError on a bad shape or
   a value that is not a finite number.
   """
   if priority is None:
-    return plan.index32["rank"], plan.index32["order"]
+    return plan.kernel_arrays["rank"], plan.kernel_arrays["order"]
   array = np.asarray(priority)
   n = plan.num_nodes
   if array.shape != (n,):
@@ -400,9 +409,9 @@ def ready_keys(plan: SimulatorPlan, priority=None) -> tuple:
     array = array.astype(np.float64)
     if not np.all(np.isfinite(array)):
       raise errors.InputError("priority must be finite")
-  key_node = np.lexsort((plan.rank, array)).astype(np.int32)
-  ready_key = np.empty(n, np.int32)
-  ready_key[key_node] = np.arange(n, dtype=np.int32)
+  key_node = np.lexsort((plan.rank, array)).astype(np.uint32)
+  ready_key = np.empty(n, np.uint32)
+  ready_key[key_node] = np.arange(n, dtype=np.uint32)
   return ready_key, key_node
 
 
@@ -443,7 +452,8 @@ def constraint_problems(graph: op_graph.OpGraph, placement: np.ndarray,
   tables = device_tables(graph, topology)
   nodes = np.arange(plan.num_nodes)
   problems = []
-  bad_kind = np.flatnonzero(~tables.kind_ok[nodes, placement])
+  any_kind, any_pin = tables.unconstrained
+  bad_kind = _bad_nodes(tables.kind_ok, nodes, placement, any_kind)
   if bad_kind.size:
     i = int(bad_kind[0])
     device = topology.devices[placement[i]]
@@ -452,14 +462,15 @@ def constraint_problems(graph: op_graph.OpGraph, placement: np.ndarray,
         f"op {graph.node_names[i]!r} ({graph.op_types[i]}) is on {device.name} "
         f"of kind {device.kind} but may run only on {list(allowed)}"
         + _more(bad_kind.size))
-  bad_pin = np.flatnonzero(~tables.pin_ok[nodes, placement])
+  bad_pin = _bad_nodes(tables.pin_ok, nodes, placement, any_pin)
   if bad_pin.size:
     i = int(bad_pin[0])
     problems.append(
         f"op {graph.node_names[i]!r} is pinned to {graph.pinned_devices[i]} "
         f"but placed on {topology.devices[placement[i]].name}"
         + _more(bad_pin.size))
-  split = np.flatnonzero(placement != placement[plan.group_first])
+  split = (np.flatnonzero(placement != placement[plan.group_first])
+           if plan.grouped else nodes[:0])
   if split.size:
     i = int(split[0])
     members = np.flatnonzero(plan.group_first == plan.group_first[i])
@@ -468,6 +479,12 @@ def constraint_problems(graph: op_graph.OpGraph, placement: np.ndarray,
         f"colocation group {graph.colocation_groups[i]!r} is split over "
         f"{used}; its ops must share one device")
   return problems
+
+
+def _bad_nodes(ok: np.ndarray, nodes: np.ndarray, placement: np.ndarray,
+               everywhere: bool) -> np.ndarray:
+  """Nodes whose device fails `ok` (none without a look when `everywhere`)."""
+  return nodes[:0] if everywhere else np.flatnonzero(~ok[nodes, placement])
 
 
 def memory_problems(peak_bytes: np.ndarray,
