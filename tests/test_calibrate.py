@@ -6,6 +6,7 @@ import pytest
 from tf_gdp import errors
 from tf_gdp.cost import topology
 from tf_gdp.runtime import calibrate
+from tf_gdp.runtime import calibrate_runtime
 
 _SIZES = np.array(calibrate.DEFAULT_SIZES, np.float64)
 
@@ -73,6 +74,31 @@ def test_calibrated_topology_is_what_cpu_workers_preset_reads(tmp_path,
   assert loaded.hardware == {"CPU": "local_cpu_core"}
   assert loaded.device_names[1] == "/job:worker/replica:0/task:1/device:CPU:0"
   assert loaded.transfer_us(0, 1, 1.6e6) == pytest.approx(120.0 + 1000.0)
+  assert loaded.runtime.is_default  # no runtime measured: the plain model
+
+
+def test_measured_runtime_costs_are_saved_with_the_calibrated_topology(
+    tmp_path, monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  runtime = calibrate_runtime.measured_runtime_costs(
+      {"one_worker_us": 600.0, "all_workers_us": 950.0},
+      {"sender_us": 90.0, "receiver_us": 80.0},
+      {"per_transfer_us": 75.0}, small_transfer_us=340.0)
+  assert runtime.step_overhead_us == (600.0, 950.0)
+  assert runtime.transfer_cpu_us == (90.0, 80.0)
+  assert runtime.control_transfers
+  assert runtime.executor_order == "last_ready_first"
+  assert runtime.pipelined_latency_us == pytest.approx(265.0)
+  # A burst no cheaper than one transfer pipelines nothing.
+  assert calibrate_runtime.measured_runtime_costs(
+      {"one_worker_us": 1.0, "all_workers_us": 2.0},
+      {"sender_us": 0.0, "receiver_us": 0.0}, {"per_transfer_us": 400.0},
+      small_transfer_us=340.0).pipelined_latency_us == 0.0
+  links = {(0, 1): calibrate.LinkFit(120.0, 1.6, 9),
+           (1, 0): calibrate.LinkFit(140.0, 1.2, 9)}
+  topology.save(calibrate.calibrated_topology(2, links, runtime=runtime),
+                topology.calibrated_path(2))
+  assert topology.get("cpu-workers:2").runtime == runtime
 
 
 def test_calibrated_topology_fills_unmeasured_pairs(tmp_path, monkeypatch):

@@ -121,7 +121,8 @@ def test_reports_say_where_link_figures_come_from():
 def test_runtime_costs_round_trip_and_bad_ones_are_refused(tmp_path):
   runtime = {"step_overhead_us": [500.0, 1100.0], "control_transfers": True,
              "transfer_cpu_us": [40.0, 120.0],
-             "executor_order": "last_ready_first"}
+             "executor_order": "last_ready_first",
+             "pipelined_latency_us": 60.0}
   path = tmp_path / "runtime.json"
   path.write_text(json.dumps(_document(runtime=runtime)))
   topo = topology.get(str(path))
@@ -138,6 +139,7 @@ def test_runtime_costs_round_trip_and_bad_ones_are_refused(tmp_path):
       ({"transfer_cpu_us": [-1.0, 0.0]}, ">= 0 us"),
       ({"executor_order": "random"}, "executor_order must be one of"),
       ({"control_transfers": "yes"}, "true or false"),
+      ({"pipelined_latency_us": "x"}, "malformed runtime"),
       ({"overhead": 3}, "unknown fields")):
     path.write_text(json.dumps(_document(runtime={**runtime, **bad})))
     with pytest.raises(errors.InputError, match=message):

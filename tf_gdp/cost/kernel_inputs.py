@@ -8,6 +8,9 @@ reads fastest.
 
 import numpy as np
 
+from tf_gdp import errors
+from tf_gdp.cost import runtime_costs
+
 
 # The plan's index arrays `run` reads, passed as uint32: half the memory
 # traffic of int64 on a pass that is mostly random reads.
@@ -42,13 +45,16 @@ def build(plan) -> dict:
   return index
 
 
-def arguments(plan, tables) -> tuple:
+def arguments(plan, tables, *, ordered: bool = False) -> tuple:
   """`schedule_kernel.run`'s arguments after placement, d, record, keys.
 
   Args:
     plan: the graph's `simulator.SimulatorPlan`.
     tables: the graph x topology `simulator.DeviceTables`.
+    ordered: a priority order was given, which overrides the runtime's own
+      executor order.
   """
+  runtime = tables.runtime
   i = plan.kernel_arrays
   return (i["rank"], i["order"], i["in_ptr"], i["in_src"], i["in_control"],
           i["out_ptr"], i["out_dst"], i["out_control"],
@@ -59,4 +65,54 @@ def arguments(plan, tables) -> tuple:
           tables.duration_us, tables.latency_us, tables.bytes_per_us,
           tables.table_bytes, tables.table_us, tables.num_channels,
           tables.route_ptr.astype(np.uint32),
-          tables.route_channels.astype(np.uint32))
+          tables.route_channels.astype(np.uint32),
+          runtime.control_transfers, runtime.transfer_cpu_us[0],
+          runtime.transfer_cpu_us[1],
+          runtime.executor_order == runtime_costs.LAST_READY_FIRST
+          and not ordered, runtime.pipelined_latency_us)
+
+
+def ready_keys(plan, priority=None) -> tuple:
+  """(ready_key uint32[n], key_node uint32[n]) for `schedule_kernel.run`.
+
+  A device's ready ops run in increasing `priority`, ties by topological
+  rank; None is the topological order itself. InputError on a bad shape or
+  a value that is not a finite number.
+  """
+  if priority is None:
+    return plan.kernel_arrays["rank"], plan.kernel_arrays["order"]
+  array = np.asarray(priority)
+  n = plan.num_nodes
+  if array.shape != (n,):
+    raise errors.InputError(
+        f"priority has shape {array.shape}; the graph has {n} nodes, so it "
+        f"must be [{n}]")
+  if array.size and (array.dtype == np.bool_ or
+                     not np.issubdtype(array.dtype, np.number)):
+    raise errors.InputError("priority must hold numbers")
+  if not np.issubdtype(array.dtype, np.integer):
+    array = array.astype(np.float64)
+    if not np.all(np.isfinite(array)):
+      raise errors.InputError("priority must be finite")
+  key_node = np.lexsort((plan.rank, array)).astype(np.uint32)
+  ready_key = np.empty(n, np.uint32)
+  ready_key[key_node] = np.arange(n, dtype=np.uint32)
+  return ready_key, key_node
+
+
+def check_placement(placement, n: int, d: int, ndim: int = 1) -> np.ndarray:
+  """int64 contiguous copy/view; InputError naming what is wrong."""
+  array = np.asarray(placement)
+  if array.ndim != ndim or array.shape[-1:] != (n,):
+    want = f"[{n}]" if ndim == 1 else f"[batch, {n}]"
+    raise errors.InputError(
+        f"placement has shape {array.shape}; the graph has {n} nodes, so "
+        f"it must be {want}")
+  if array.size and not np.issubdtype(array.dtype, np.integer):
+    raise errors.InputError("placement must hold integer device indices")
+  array = np.ascontiguousarray(array, np.int64)
+  if array.size and (array.min() < 0 or array.max() >= d):
+    bad = int(array[(array < 0) | (array >= d)].flat[0])
+    raise errors.InputError(
+        f"placement names device {bad}; the topology has {d} devices")
+  return array

@@ -10,7 +10,8 @@ the optional "runtime" object of the file format):
   "runtime": {"step_overhead_us": [590.0, 1150.0],
               "control_transfers": true,
               "transfer_cpu_us": [40.0, 180.0],
-              "executor_order": "last_ready_first"}
+              "executor_order": "last_ready_first",
+              "pipelined_latency_us": 90.0}
 
 * `step_overhead_us`: a step's fixed cost on one device and spanning
   several (client -> master -> workers RPCs), added to every step time.
@@ -27,6 +28,11 @@ the optional "runtime" object of the file format):
   (lowest topological rank: the model's default) or "last_ready_first"
   (TF's executor on one inter-op thread runs the op just made ready, depth
   first along a chain).
+* `pipelined_latency_us`: the part of a link's latency that does not hold
+  its channels: a gRPC worker has several RecvTensor calls in flight, so a
+  burst of small transfers on one link goes out at the per-call handling
+  time, not one latency after another. A transfer holds its route's
+  channels for its link time less this, and arrives after the full time.
 
 Presets of GPU machines keep the defaults (all zero, off, topological): no
 measurements of those machines back other values. A calibrated
@@ -51,6 +57,7 @@ class RuntimeCosts:
   control_transfers: bool = False
   transfer_cpu_us: Tuple[float, float] = (0.0, 0.0)
   executor_order: str = TOPOLOGICAL
+  pipelined_latency_us: float = 0.0
 
   def __post_init__(self):
     for field, parts in (("step_overhead_us", "one device, several devices"),
@@ -65,6 +72,15 @@ class RuntimeCosts:
             f"runtime {field} must be [{parts}], each >= 0 us, got "
             f"{value!r}")
       object.__setattr__(self, field, pair)
+    try:
+      pipelined = float(self.pipelined_latency_us)
+    except (TypeError, ValueError) as e:
+      raise errors.InputError(f"malformed runtime pipelined_latency_us: {e}"
+                              ) from e
+    if not 0.0 <= pipelined < 1e9:
+      raise errors.InputError("runtime pipelined_latency_us must be >= 0 us, "
+                              f"got {pipelined!r}")
+    object.__setattr__(self, "pipelined_latency_us", pipelined)
     if not isinstance(self.control_transfers, bool):
       raise errors.InputError("runtime control_transfers must be true or false")
     if self.executor_order not in EXECUTOR_ORDERS:
@@ -99,4 +115,5 @@ def to_document(runtime: RuntimeCosts) -> dict:
   return {"step_overhead_us": list(runtime.step_overhead_us),
           "control_transfers": runtime.control_transfers,
           "transfer_cpu_us": list(runtime.transfer_cpu_us),
-          "executor_order": runtime.executor_order}
+          "executor_order": runtime.executor_order,
+          "pipelined_latency_us": runtime.pipelined_latency_us}

@@ -7,7 +7,8 @@ the binary heaps it runs on. Everything here is numba-compiled
 
 Event codes: an op end is its topological rank (< n), a transfer end is
 n + transfer id, a control signal arrival is n + m + the edge's position in
-the out-edge lists (`out_ptr`). The event heap
+the out-edge lists (`out_ptr`), and when part of the latency pipelines, a
+transfer's channels free at n + 2m + transfer id. The event heap
 orders by (time, code), so at one instant op ends come first (by rank),
 then transfer ends (in creation order), then control arrivals.
 
@@ -34,90 +35,7 @@ index spares numba's negative-index fix-up on every read of the event loop.
 import numpy as np
 
 from tf_gdp.cost import compiled
-
-
-@compiled.jit
-def _less(t1, c1, t2, c2):
-  return t1 < t2 or (t1 == t2 and c1 < c2)
-
-
-@compiled.jit
-def _event_push(times, codes, size, t, c):
-  """Pushes (t, c) on the binary min-heap times/codes[:size]; new size."""
-  i = size
-  while i > 0:
-    parent = (i - 1) >> 1
-    if not _less(t, c, times[parent], codes[parent]):
-      break
-    times[i] = times[parent]
-    codes[i] = codes[parent]
-    i = parent
-  times[i] = t
-  codes[i] = c
-  return size + 1
-
-
-@compiled.jit
-def _event_pop(times, codes, size):
-  """Removes the minimum (read times[0], codes[0] first); new size."""
-  size -= 1
-  t = times[size]
-  c = codes[size]
-  i = 0
-  while True:
-    child = 2 * i + 1
-    if child >= size:
-      break
-    right = child + 1
-    if right < size and _less(times[right], codes[right], times[child],
-                              codes[child]):
-      child = right
-    if not _less(times[child], codes[child], t, c):
-      break
-    times[i] = times[child]
-    codes[i] = codes[child]
-    i = child
-  times[i] = t
-  codes[i] = c
-  return size
-
-
-@compiled.jit
-def _rank_push(heap, base, size, key):
-  """Pushes `key` on the min-heap heap[base:base + size]; new size."""
-  base = np.int64(base)
-  size = np.int64(size)
-  i = size
-  while i > 0:
-    parent = (i - 1) >> 1
-    if heap[base + parent] <= key:
-      break
-    heap[base + i] = heap[base + parent]
-    i = parent
-  heap[base + i] = key
-  return size + 1
-
-
-@compiled.jit
-def _rank_pop(heap, base, size):
-  """Pops the minimum of heap[base:base + size]; (minimum, new size)."""
-  base = np.int64(base)
-  size = np.int64(size) - 1
-  top = heap[base]
-  key = heap[base + size]
-  i = 0
-  while True:
-    child = 2 * i + 1
-    if child >= size:
-      break
-    if child + 1 < size and heap[base + child + 1] < heap[base + child]:
-      child += 1
-    if heap[base + child] >= key:
-      break
-    heap[base + i] = heap[base + child]
-    i = child
-  heap[base + i] = key
-  return top, size
+from tf_gdp.cost import kernel_heaps as heaps
 
 
 @compiled.jit
@@ -154,18 +72,26 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         tensor_edge_ptr, tensor_dst, tensor_in_pos, node_tensor_ptr,
         start_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
-        route_channels):
+        route_channels, control_transfers, cpu_send, cpu_recv, lifo,
+        pipelined):
   """Simulates one placement on `d` devices (`kernel_inputs.arguments`).
 
   `placement` is uint32[n]; `ready_key[v]` (uint32) orders ready ops on a
-  device (a permutation of 0..n-1; `key_node` is its inverse). `record`:
-  whether to keep every op's and transfer's start and end time.
+  device (a permutation of 0..n-1; `key_node` is its inverse), unless
+  `lifo`: then a device runs the op made ready last. `record`: whether to
+  keep every op's and transfer's start and end time. The runtime's costs
+  (`runtime_costs`): `control_transfers` sends a cross-device control edge
+  as a 0-byte transfer (one per producer and destination device) instead of
+  a bare latency; a device busy when a transfer leaves it (arrives at it)
+  owes `cpu_send` (`cpu_recv`) us, added to the next op it runs; a transfer
+  holds its route's channels for its link time less `pipelined` us (at
+  least until it starts), after which the next transfer may start.
 
   Returns:
     (step time, busy us per device, peak bytes per device, bytes moved,
-    number of transfers, op start and end times, and per transfer: tensor id,
-    source and destination device, start and end time; the four time arrays
-    are empty unless `record`).
+    number of transfers, op start and end times, and per transfer: tensor id
+    (-1 for a control edge's), source and destination device, start and end
+    time; the four time arrays are empty unless `record`).
   """
   n = rank.shape[0]
   m = in_src.shape[0]
@@ -175,7 +101,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   # the transfer that in-edge k (a data edge) receives, -1 if it is local.
   in_x = np.empty(m, np.int32)
   k_x = np.empty(m, np.int32)
-  x_tensor = np.empty(m, np.uint32)
+  x_tensor = np.empty(m, np.int32)
   x_bytes = np.empty(m, np.int64)
   x_src = np.empty(m, np.uint32)
   x_dst = np.empty(m, np.uint32)
@@ -191,6 +117,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   xc_fill = np.empty(m, np.uint32)
   xc_node = np.empty(m, np.uint32)
   seen_tensor = np.full(d, -1, np.int32)
+  seen_control = np.full(d, -1, np.int64)
   x_of_device = np.zeros(d, np.uint32)
   # Per op on its device: its time (gathered here in order: the event loop
   # reads ops out of order, and a row of `duration` each would miss cache),
@@ -240,8 +167,37 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         if x >= 0:
           xc_node[xc_fill[x]] = tensor_dst[k]
           xc_fill[x] += 1
+    data_x = num_x
+    if control_transfers:
+      first_x = num_x
+      for k in range(out_ptr[u], out_ptr[u + 1]):
+        dv = placement[out_dst[k]]
+        if not out_control[k] or dv == pu:
+          continue
+        if seen_control[dv] != u:
+          seen_control[dv] = u
+          x_of_device[dv] = num_x
+          x_tensor[num_x] = -1
+          x_bytes[num_x] = 0
+          x_src[num_x] = pu
+          x_dst[num_x] = dv
+          x_pair[num_x] = pu * d + dv
+          x_node[num_x] = u
+          recv_ref[num_x] = 0
+          num_x += 1
+        recv_ref[x_of_device[dv]] += 1
+      for x in range(first_x, num_x):
+        xc_ptr[x + 1] = xc_ptr[x] + recv_ref[x]
+        xc_fill[x] = xc_ptr[x]
+      for k in range(out_ptr[u], out_ptr[u + 1]):
+        dv = placement[out_dst[k]]
+        if out_control[k] and dv != pu:
+          x = x_of_device[dv]
+          xc_node[xc_fill[x]] = out_dst[k]
+          xc_fill[x] += 1
     node_x_ptr[u + 1] = num_x
-    out_ref[u] = local + num_x - node_x_ptr[u]
+    # A control edge's transfer keeps no output alive.
+    out_ref[u] = local + data_x - node_x_ptr[u]
     # What the op frees as it ends: its temporaries, and its outputs if
     # nothing consumes them (consumers start only after it ends).
     end_bytes[u] = temp_bytes[u] + (free_bytes[u] if out_ref[u] == 0 else 0)
@@ -286,11 +242,15 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
     pending[v] = in_ptr[v + 1] - in_ptr[v]
     if pending[v] == 0:
       j = placement[v]
-      ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
-                                 ready_key[v])
+      ready_size[j] = heaps.ready_push(ready, dev_base[j], ready_size[j], v,
+                                       ready_key, lifo)
+  debt = np.zeros(d, np.float64)
 
-  ev_time = np.empty(n + m + 1, np.float64)
-  ev_code = np.empty(n + m + 1, np.uint32)
+  # Channel releases apart from arrivals only when some latency pipelines.
+  split_release = pipelined > 0.0
+  num_events = n + 2 * m + 1 if split_release else n + m + 1
+  ev_time = np.empty(num_events, np.float64)
+  ev_code = np.empty(num_events, np.uint32)
   ev_size = 0
   # Start and end times are kept only when recorded (the stores miss cache).
   op_start = np.zeros(n if record else 0, np.float64)
@@ -313,21 +273,23 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
       dirty_dev[j] = False
       if dev_busy[j] or ready_size[j] == 0:
         continue
-      r, ready_size[j] = _rank_pop(ready, dev_base[j], ready_size[j])
-      v = key_node[r]
+      v, ready_size[j] = heaps.ready_pop(ready, dev_base[j], ready_size[j],
+                                         key_node, lifo)
       dev_busy[j] = True
-      end = now + op_us[v]
+      took = op_us[v] + debt[j]
+      debt[j] = 0.0
+      end = now + took
       if record:
         op_start[v] = now
         op_end[v] = end
-      busy_us[j] += op_us[v]
+      busy_us[j] += took
       memory[j] += start_bytes[v]
       if memory[j] > peak[j]:
         peak[j] = memory[j]
-      ev_size = _event_push(ev_time, ev_code, ev_size, end, rank[v])
+      ev_size = heaps.event_push(ev_time, ev_code, ev_size, end, rank[v])
     num_dirty_dev = 0
     while cand_size > 0:
-      key, cand_size = _rank_pop(cand, 0, cand_size)
+      key, cand_size = heaps.rank_pop(cand, 0, cand_size)
       l = key & pair_mask
       blocked = _first_busy(chan_busy, route_ptr, route_channels, l)
       if blocked < 0:
@@ -340,6 +302,8 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         size = x_bytes[x]
         end = now + _link_us(s, dv, size, latency, bytes_per_us, table_bytes,
                              table_us)
+        if dev_busy[s]:
+          debt[s] += cpu_send
         if record:
           x_start[x] = now
           x_end[x] = end
@@ -347,7 +311,10 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         memory[dv] += size
         if memory[dv] > peak[dv]:
           peak[dv] = memory[dv]
-        ev_size = _event_push(ev_time, ev_code, ev_size, end, n + x)
+        ev_size = heaps.event_push(ev_time, ev_code, ev_size, end, n + x)
+        if split_release:
+          ev_size = heaps.event_push(ev_time, ev_code, ev_size,
+                                     max(now, end - pipelined), n + 2 * m + x)
         if q_head[l] < q_tail[l]:
           blocked = route_channels[route_ptr[l]]  # its own route is busy
       if blocked >= 0:
@@ -360,7 +327,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
     # Apply every event at this instant (frees, readiness, queueing).
     while ev_size > 0 and ev_time[0] == now:
       code = ev_code[0]
-      ev_size = _event_pop(ev_time, ev_code, ev_size)
+      ev_size = heaps.event_pop(ev_time, ev_code, ev_size)
       if code < n:
         v = order[code]
         j = placement[v]
@@ -389,24 +356,27 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           if jw == j:
             pending[w] -= 1
             if pending[w] == 0:
-              ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
-                                         ready_key[w])
-          elif out_control[k]:
-            ev_size = _event_push(ev_time, ev_code, ev_size,
-                                  now + latency[j, jw], n + m + k)
+              ready_size[j] = heaps.ready_push(
+                  ready, dev_base[j], ready_size[j], w, ready_key, lifo)
+          elif out_control[k] and not control_transfers:
+            ev_size = heaps.event_push(ev_time, ev_code, ev_size,
+                                       now + latency[j, jw], n + m + k)
         for x in range(node_x_ptr[v], node_x_ptr[v + 1]):
           l = x_pair[x]
           x_seq[x] = num_seq
           num_seq += 1
           if q_head[l] == q_tail[l]:
-            cand_size = _rank_push(cand, 0, cand_size,
-                                 (np.int64(x_seq[x]) << pair_bits) | l)
+            cand_size = heaps.rank_push(cand, 0, cand_size,
+                                        (np.int64(x_seq[x]) << pair_bits) | l)
           queue[link_base[l] + q_tail[l]] = x
           q_tail[l] += 1
-      elif code < n + m:
-        x = code - n
+      elif code < n + m or code >= n + 2 * m:
+        arrival = code < n + m
+        x = code - n if arrival else code - n - 2 * m
         l = x_pair[x]
         for k in range(route_ptr[l], route_ptr[l + 1]):
+          if arrival and split_release:
+            break  # its channels free by their own event
           c = route_channels[k]
           chan_busy[c] = False
           p = park_first[c]
@@ -421,35 +391,41 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
               park_first[blocked] = p
             else:
               head = queue[link_base[p] + q_head[p]]
-              cand_size = _rank_push(cand, 0, cand_size,
-                                     (np.int64(x_seq[head]) << pair_bits) | p)
+              cand_size = heaps.rank_push(
+                  cand, 0, cand_size, (np.int64(x_seq[head]) << pair_bits) | p)
             p = following
+        if not arrival:
+          continue
         dv = x_dst[x]
+        if dev_busy[dv]:
+          debt[dv] += cpu_recv
         for k in range(xc_ptr[x], xc_ptr[x + 1]):
           w = xc_node[k]
           pending[w] -= 1
           if pending[w] == 0:
-            ready_size[dv] = _rank_push(ready, dev_base[dv], ready_size[dv],
-                                        ready_key[w])
+            ready_size[dv] = heaps.ready_push(
+                ready, dev_base[dv], ready_size[dv], w, ready_key, lifo)
             if not dirty_dev[dv]:
               dirty_dev[dv] = True
               dirty_devs[num_dirty_dev] = dv
               num_dirty_dev += 1
-        u = x_node[x]
-        out_ref[u] -= 1
-        if out_ref[u] == 0:
-          memory[x_src[x]] -= free_bytes[u]
+        if x_tensor[x] >= 0:
+          u = x_node[x]
+          out_ref[u] -= 1
+          if out_ref[u] == 0:
+            memory[x_src[x]] -= free_bytes[u]
       else:
         w = out_dst[code - n - m]
         pending[w] -= 1
         if pending[w] == 0:
           j = placement[w]
-          ready_size[j] = _rank_push(ready, dev_base[j], ready_size[j],
-                                     ready_key[w])
+          ready_size[j] = heaps.ready_push(ready, dev_base[j], ready_size[j], w,
+                                           ready_key, lifo)
           if not dirty_dev[j]:
             dirty_dev[j] = True
             dirty_devs[num_dirty_dev] = j
             num_dirty_dev += 1
 
   return (now, busy_us, peak, moved, num_x, op_start, op_end,
-          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start, x_end)
+          x_tensor[:num_x], x_src[:num_x], x_dst[:num_x], x_start, x_end,
+          x_node[:num_x])

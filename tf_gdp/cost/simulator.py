@@ -32,10 +32,19 @@ The model, in the spirit of TensorFlow's executor:
   channels are free, so a later transfer whose route is free may start
   before an earlier one that waits. A tensor's size on a link and on the
   receiver is the largest `bytes` among its edges.
-* A cross-device control edge costs the link latency only and occupies no
-  channel: TF sends a tiny dummy tensor whose copy is dominated by
-  latency and which does not wait behind bulk DMA in practice. It moves no
-  bytes and is not counted as a transfer.
+* Without the runtime's costs, a cross-device control edge costs the link
+  latency only and occupies no channel (TF sends a tiny dummy tensor whose
+  copy is dominated by latency); it moves no bytes and is not counted as a
+  transfer.
+* The runtime's own costs, when the topology has them (`runtime_costs`;
+  the GPU presets do not): a step's fixed cost (one device, several) is
+  added to its time; a cross-device control edge becomes a 0-byte transfer
+  per (producer, destination device), through the link model and channels,
+  as TF's partitioner sends a dummy tensor; a device busy when a transfer
+  leaves or reaches it owes that transfer's CPU time, added to the next op
+  it runs; and a device may run the op made ready last first (TF's executor
+  on one inter-op thread) instead of the topological order. A given
+  priority order overrides the executor order.
 * Memory per device: the persistent `memory_bytes` of the ops placed there,
   plus live tensors. An op's `output_bytes` are allocated on its device when
   it starts and freed when its last same-device data consumer has finished
@@ -72,6 +81,7 @@ import numpy as np
 from tf_gdp import errors
 from tf_gdp.cost import device_names
 from tf_gdp.cost import kernel_inputs
+from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import schedule_kernel
 from tf_gdp.cost import sim_results
 from tf_gdp.cost import topology as topology_lib
@@ -158,6 +168,7 @@ class DeviceTables:
     kind_ok: bool[n, d] the op may run on the device's kind.
     pin_ok: bool[n, d] the device matches the op's pinned device (if any).
     capacity_bytes: int[d] device memory.
+    runtime: the topology's `runtime_costs.RuntimeCosts`.
   """
   duration_us: np.ndarray
   latency_us: np.ndarray
@@ -170,6 +181,7 @@ class DeviceTables:
   kind_ok: np.ndarray
   pin_ok: np.ndarray
   capacity_bytes: np.ndarray
+  runtime: runtime_costs.RuntimeCosts = runtime_costs.RuntimeCosts()
 
   @functools.cached_property
   def allowed(self) -> np.ndarray:
@@ -294,7 +306,7 @@ def _build_tables(graph: op_graph.OpGraph,
       table_us=np.ascontiguousarray(table_us, np.float64),
       num_channels=int(num_channels), route_ptr=route_ptr,
       route_channels=route_channels, kind_ok=kind_ok, pin_ok=pin_ok,
-      capacity_bytes=topology.memory_bytes)
+      capacity_bytes=topology.memory_bytes, runtime=topology.runtime)
 
 
 # ---- the public entry points -----------------------------------------------
@@ -326,25 +338,33 @@ def simulate(graph: op_graph.OpGraph, placement,
   """
   plan = prepare(graph)
   tables = device_tables(graph, topology)
-  placement = _check_placement(placement, plan.num_nodes, topology.num_devices)
-  out = schedule_kernel.run(placement.astype(np.uint32), topology.num_devices,
-                            bool(record_schedule), *ready_keys(plan, priority),
-                            *kernel_inputs.arguments(plan, tables))
+  placement = kernel_inputs.check_placement(placement, plan.num_nodes, topology.num_devices)
+  out = schedule_kernel.run(
+      placement.astype(np.uint32), topology.num_devices,
+      bool(record_schedule), *kernel_inputs.ready_keys(plan, priority),
+      *kernel_inputs.arguments(plan, tables, ordered=priority is not None))
   (step, busy, peak, moved, count, op_start, op_end,
-   x_tensor, x_src, x_dst, x_start, x_end) = out
+   x_tensor, x_src, x_dst, x_start, x_end, x_node) = out
+  if tables.runtime.step_overhead_us != (0.0, 0.0):
+    several = placement.size and placement.min() != placement.max()
+    step += tables.runtime.step_overhead(2 if several else 1)
   problems = constraint_problems(graph, placement, topology)
   if check_memory:
     problems += memory_problems(peak, topology)
   schedule = None
   if record_schedule:
-    x_tensor = x_tensor[:count]
+    data = x_tensor >= 0  # the rest carry control edges
+    slot = np.full(count, -1, np.int64)
+    slot[data] = plan.tensor_slot[x_tensor[data]]
+    nbytes = np.zeros(count, np.int64)
+    nbytes[data] = plan.tensor_bytes[x_tensor[data]]
     schedule = sim_results.Schedule(
         op_device=placement.copy(), op_start_us=op_start, op_end_us=op_end,
-        transfer_node=plan.tensor_src[x_tensor],
-        transfer_output=plan.tensor_slot[x_tensor],
+        transfer_node=x_node.astype(np.int64),
+        transfer_output=slot,
         transfer_src_device=x_src[:count].astype(np.int64),
         transfer_dst_device=x_dst[:count].astype(np.int64),
-        transfer_bytes=plan.tensor_bytes[x_tensor],
+        transfer_bytes=nbytes,
         transfer_start_us=x_start[:count], transfer_end_us=x_end[:count])
   return sim_results.SimResult(
       step_time_us=float(step), device_busy_us=busy, peak_memory_bytes=peak,
@@ -364,20 +384,25 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
   plan = prepare(graph)
   tables = device_tables(graph, topology)
   d = topology.num_devices
-  placements = _check_placement(placements, plan.num_nodes, d, ndim=2)
+  placements = kernel_inputs.check_placement(placements, plan.num_nodes, d, ndim=2)
   batch = placements.shape[0]
   step = np.empty(batch, np.float64)
   busy = np.empty((batch, d), np.float64)
   peak = np.empty((batch, d), np.int64)
   moved = np.empty(batch, np.int64)
   count = np.empty(batch, np.int64)
-  args = ready_keys(plan, priority) + kernel_inputs.arguments(plan, tables)
+  args = kernel_inputs.ready_keys(plan, priority) + kernel_inputs.arguments(
+      plan, tables, ordered=priority is not None)
   narrow = placements.astype(np.uint32)
   for b in range(batch):
     # A Python loop costs ~10 us per row against milliseconds of core time,
     # and spares compiling a second (batched) copy of the core.
     step[b], busy[b], peak[b], moved[b], count[b] = schedule_kernel.run(
         narrow[b], d, False, *args)[:5]
+  overhead = tables.runtime.step_overhead_us
+  if overhead[0] or overhead[1]:
+    several = placements.min(axis=1) != placements.max(axis=1)
+    step += np.where(several, overhead[1], overhead[0])
   fits = np.all(peak <= tables.capacity_bytes[None, :], axis=1)
   satisfied = constraints_hold(plan, tables, placements)
   return sim_results.BatchSimResult(
@@ -385,52 +410,6 @@ def simulate_batch(graph: op_graph.OpGraph, placements,
       transfer_bytes=moved, num_transfers=count, fits_memory=fits,
       satisfies_constraints=satisfied,
       valid=satisfied & fits if check_memory else satisfied)
-
-
-def ready_keys(plan: SimulatorPlan, priority=None) -> tuple:
-  """(ready_key uint32[n], key_node uint32[n]) for `schedule_kernel.run`.
-
-  A device's ready ops run in increasing `priority`, ties by topological
-  rank; None is the topological order itself. InputError on a bad shape or
-  a value that is not a finite number.
-  """
-  if priority is None:
-    return plan.kernel_arrays["rank"], plan.kernel_arrays["order"]
-  array = np.asarray(priority)
-  n = plan.num_nodes
-  if array.shape != (n,):
-    raise errors.InputError(
-        f"priority has shape {array.shape}; the graph has {n} nodes, so it "
-        f"must be [{n}]")
-  if array.size and (array.dtype == np.bool_ or
-                     not np.issubdtype(array.dtype, np.number)):
-    raise errors.InputError("priority must hold numbers")
-  if not np.issubdtype(array.dtype, np.integer):
-    array = array.astype(np.float64)
-    if not np.all(np.isfinite(array)):
-      raise errors.InputError("priority must be finite")
-  key_node = np.lexsort((plan.rank, array)).astype(np.uint32)
-  ready_key = np.empty(n, np.uint32)
-  ready_key[key_node] = np.arange(n, dtype=np.uint32)
-  return ready_key, key_node
-
-
-def _check_placement(placement, n: int, d: int, ndim: int = 1) -> np.ndarray:
-  """int64 contiguous copy/view; InputError naming what is wrong."""
-  array = np.asarray(placement)
-  if array.ndim != ndim or array.shape[-1:] != (n,):
-    want = f"[{n}]" if ndim == 1 else f"[batch, {n}]"
-    raise errors.InputError(
-        f"placement has shape {array.shape}; the graph has {n} nodes, so "
-        f"it must be {want}")
-  if array.size and not np.issubdtype(array.dtype, np.integer):
-    raise errors.InputError("placement must hold integer device indices")
-  array = np.ascontiguousarray(array, np.int64)
-  if array.size and (array.min() < 0 or array.max() >= d):
-    bad = int(array[(array < 0) | (array >= d)].flat[0])
-    raise errors.InputError(
-        f"placement names device {bad}; the topology has {d} devices")
-  return array
 
 
 # ---- validity --------------------------------------------------------------

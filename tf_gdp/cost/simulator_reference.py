@@ -7,6 +7,7 @@ model's description. Tests check the compiled schedule against it.
 
 import heapq
 
+from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 
@@ -32,6 +33,12 @@ class _ReferenceRun:
     self.graph = graph
     self.place = placement
     self.topo = topology
+    self.runtime = topology.runtime
+    # A given priority overrides the executor's own order.
+    self.lifo = (priority is None and topology.runtime.executor_order ==
+                 runtime_costs.LAST_READY_FIRST)
+    self.made_ready = 0
+    self.owed = [0.0] * topology.num_devices
     n = graph.num_nodes
     self.rank = {int(v): r for r, v in enumerate(graph.topo_order)}
     # A ready op's key on its device: (priority, rank), or rank alone.
@@ -51,22 +58,31 @@ class _ReferenceRun:
     for _, t, _, _ in self.edges:
       self.pending[t] += 1
     self.fetch = {graph.node_index[f] for f in graph.fetches}
-    # Transfers: (tensor, dst device), created in (src, slot, edge id) order.
+    # Transfers: (tensor, dst device), created in (src, slot, edge id) order;
+    # with control transfers, a producer's control edges to each other
+    # device follow its tensors as one more transfer, key (src, -1).
     self.transfers = []
     self.transfer_id = {}
     self.holders = [0] * n  # what keeps each op's outputs alive
     self.receivers = {}  # transfer id -> consumer edges still to finish
-    for key in sorted(consumers):
+    if topology.runtime.control_transfers:
+      for e, (s, _, _, o) in enumerate(self.edges):
+        if o < 0:
+          self.consumers.setdefault((s, -1), []).append(e)
+          self.tensor_size[(s, -1)] = 0
+    for key in sorted(self.consumers, key=lambda k: (k[0], k[1] < 0, k[1])):
       s = key[0]
-      for e in consumers[key]:
+      for e in self.consumers[key]:
         dst_dev = self.place[self.edges[e][1]]
         if dst_dev == self.place[s]:
-          self.holders[s] += 1
+          if key[1] >= 0:
+            self.holders[s] += 1
           continue
         if (key, dst_dev) not in self.transfer_id:
           self.transfer_id[(key, dst_dev)] = len(self.transfers)
           self.transfers.append((key, self.place[s], dst_dev))
-          self.holders[s] += 1
+          if key[1] >= 0:
+            self.holders[s] += 1
         x = self.transfer_id[(key, dst_dev)]
         self.receivers[x] = self.receivers.get(x, 0) + 1
     d = topology.num_devices
@@ -98,7 +114,9 @@ class _ReferenceRun:
     self.peak[j] = max(self.peak[j], self.memory[j])
 
   def make_ready(self, v):
-    heapq.heappush(self.ready[self.place[v]], (self.key[v], v))
+    self.made_ready += 1
+    key = (-self.made_ready,) if self.lifo else self.key[v]
+    heapq.heappush(self.ready[self.place[v]], (key, v))
 
   def channels(self, x) -> set:
     """The channels transfer x occupies: its route, or its directed pair."""
@@ -119,7 +137,10 @@ class _ReferenceRun:
       now = self.events[0][0]
       while self.events and self.events[0][0] == now:
         _, kind, _, payload = heapq.heappop(self.events)
-        (self.on_op, self.on_transfer, self.on_signal)[kind](now, payload)
+        (self.on_op, self.on_transfer, self.on_signal,
+         self.on_release)[kind](now, payload)
+    used = len(set(self.place))
+    now += self.runtime.step_overhead(used)
     return {"step_time_us": now, "device_busy_us": self.busy,
             "peak_memory_bytes": self.peak, "transfer_bytes": self.moved,
             "num_transfers": len(self.transfers),
@@ -132,7 +153,8 @@ class _ReferenceRun:
       if self.device_idle[j] and self.ready[j]:
         _, v = heapq.heappop(self.ready[j])
         self.device_idle[j] = False
-        took = self.duration(v, j)
+        took = self.duration(v, j) + self.owed[j]
+        self.owed[j] = 0.0
         self.start[v], self.end[v] = now, now + took
         self.busy[j] += took
         self.alloc(j, int(self.graph.output_bytes[v]) +
@@ -144,12 +166,17 @@ class _ReferenceRun:
       self.waiting.remove(x)
       self.busy_channels |= self.channels(x)
       key, src_dev, dst_dev = self.transfers[x]
+      if not self.device_idle[src_dev]:
+        self.owed[src_dev] += self.runtime.transfer_cpu_us[0]
       size = self.tensor_size[key]
       self.moved += size
       self.alloc(dst_dev, size)
       done = now + self.topo.transfer_us(src_dev, dst_dev, size)
       self.transfer_start[x], self.transfer_end[x] = now, done
       heapq.heappush(self.events, (done, 1, x, x))
+      # Its channels free a pipelined latency before it arrives.
+      release = max(now, done - self.runtime.pipelined_latency_us)
+      heapq.heappush(self.events, (release, 3, x, x))
 
   def on_op(self, now, v):  # pylint: disable=unused-argument
     j = self.place[v]
@@ -165,9 +192,9 @@ class _ReferenceRun:
         continue
       if self.place[t] == j:
         self.satisfy(t)
-      elif o < 0:
+      elif o < 0 and not self.runtime.control_transfers:
         arrive = now + float(self.topo.latency_us[j, self.place[t]])
-        heapq.heappush(self.events, (arrive, 2, e, t))
+        heapq.heappush(self.events, (arrive, 2, (s, e), t))
     for x, (key, _, _) in enumerate(self.transfers):
       if key[0] == v:
         self.waiting.append(x)
@@ -185,15 +212,21 @@ class _ReferenceRun:
 
   def on_transfer(self, now, x):  # pylint: disable=unused-argument
     key, _, dst_dev = self.transfers[x]
-    self.busy_channels -= self.channels(x)
+    if not self.device_idle[dst_dev]:
+      self.owed[dst_dev] += self.runtime.transfer_cpu_us[1]
     for e in self.consumers[key]:
       t = self.edges[e][1]
       if self.place[t] == dst_dev:
         self.satisfy(t)
     s = key[0]
+    if key[1] < 0:
+      return  # a control edge's transfer keeps no output alive
     self.holders[s] -= 1
     if self.holders[s] == 0 and s not in self.fetch:
       self.memory[self.place[s]] -= int(self.graph.output_bytes[s])
+
+  def on_release(self, now, x):  # pylint: disable=unused-argument
+    self.busy_channels -= self.channels(x)
 
   def on_signal(self, now, t):  # pylint: disable=unused-argument
     self.satisfy(t)

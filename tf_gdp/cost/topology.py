@@ -30,12 +30,12 @@ the same). A file without `channels` and `routes` has one channel per
 directed pair: transfers between different pairs never wait for each other.
 
 A link costs `latency + bytes / bandwidth` unless the optional measured
-table is given (calibrated clusters): then `table_us[src][dst][i]` is the
-time for `table_bytes[i]` bytes, times between points are interpolated
-linearly (from `(0 bytes, latency)` below the first point), and beyond the
-last point each further byte costs `1 / bandwidth`. Real links are not one
-straight line: between two local gRPC workers the per-byte rate drops ~2x
-past ~1 MB (caches), which no single latency/bandwidth pair fits.
+table is given (calibrated clusters): `table_us[src][dst][i]` is the time
+for `table_bytes[i]` bytes, interpolated linearly (from `(0, latency)`
+below the first point), each byte past the last costing `1 / bandwidth`:
+between local gRPC workers the per-byte rate drops ~2x past ~1 MB (caches),
+which no single latency/bandwidth pair fits. An optional top-level
+"runtime" object holds the runtime's own costs (`runtime_costs`).
 """
 
 import dataclasses
@@ -84,12 +84,10 @@ class Topology:
   # Optional measured link table: bytes [k] and times [d, d, k] (see above).
   table_bytes: Optional[np.ndarray] = None
   table_us: Optional[np.ndarray] = None
-  # Optional shared channels (see above): names [c], GB/s [c], and
-  # routes[src][dst], the channel indices a transfer src -> dst occupies.
+  # Optional shared channels (see above): names [c], GB/s [c], routes[s][d].
   channel_names: Optional[tuple] = None
   channel_gbps: Optional[np.ndarray] = None
   routes: Optional[tuple] = None
-  # The runtime's own costs of a step (`runtime_costs`); none by default.
   runtime: runtime_costs.RuntimeCosts = runtime_costs.RuntimeCosts()
 
   def __post_init__(self):
@@ -420,7 +418,7 @@ def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
     bandwidth_gbps: [d, d]; None with channels: each route's slowest one.
     channels: optional [(name, GB/s)] shared channels.
     routes: with channels, routes[src][dst]: channel indices or names.
-    runtime: the runtime's own costs (`runtime_costs`; None: none).
+    runtime: the runtime's own costs (`runtime_costs`), None for none.
   """
   as_array = lambda x: None if x is None else np.asarray(x, np.float64)
   channel_names = channel_gbps = None

@@ -406,6 +406,8 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
       report["step_overhead"] = calibrate_runtime.measure_step_overhead(
           cluster)
       report["transfer_cpu"] = calibrate_runtime.measure_transfer_cpu(cluster)
+      report["transfer_burst"] = calibrate_runtime.measure_transfer_burst(
+          cluster)
       if compute:
         report["compute"] = measure_speed(
             cluster,
@@ -437,13 +439,17 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
             for j in range(num_workers) if i != j}
   report["speed"] = speed
   report["load_after"] = os.getloadavg()
-  runtime = calibrate_runtime.measured_runtime_costs(report["step_overhead"],
-                                                     report["transfer_cpu"])
+  runtime = calibrate_runtime.measured_runtime_costs(
+      report["step_overhead"], report["transfer_cpu"],
+      report["transfer_burst"],
+      small_transfer_us=min(points[0].transfer_us
+                            for points in tables.values()))
   report["runtime"] = runtime_costs.to_document(runtime)
   log(f"step overhead {runtime.step_overhead_us[0]:.0f} us on one worker, "
       f"{runtime.step_overhead_us[1]:.0f} us on all; a transfer costs a busy "
       f"sender {runtime.transfer_cpu_us[0]:.0f} us, a busy receiver "
-      f"{runtime.transfer_cpu_us[1]:.0f} us")
+      f"{runtime.transfer_cpu_us[1]:.0f} us; {runtime.pipelined_latency_us:.0f}"
+      " us of a transfer's latency pipelines")
   topo = calibrated_topology(num_workers, fits, speed, tables, runtime)
   topology_lib.save(topo, out_path)
   report["topology_path"] = out_path

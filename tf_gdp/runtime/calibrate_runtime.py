@@ -6,6 +6,9 @@ up on real placements and decide whether a fine split pays (see
 
 * a step's fixed cost (`measure_step_overhead`): a trivial op on one
   worker, and one on every worker;
+* how much of a small transfer's latency pipelines: `count` small tensors
+  released at once between idle workers (`measure_transfer_burst`) cost
+  less each than one alone;
 * what a transfer costs the worker cores while they compute
   (`measure_transfer_cpu`): each worker is pinned to one core, and the gRPC
   work of sending or receiving a tensor runs on the same core as the ops.
@@ -138,14 +141,59 @@ def measure_transfer_cpu(cluster, *, count: int = 128, repeats: int = 15,
   return result
 
 
+def measure_transfer_burst(cluster, *, count: int = 128, repeats: int = 15,
+                           timeout_s: float = 60.0) -> Dict[str, float]:
+  """Microseconds per transfer when `count` small ones leave at once.
+
+  Between idle workers, released together after ~2 ms of matmuls on the
+  sender; against the same reads and identities all on the sender. The
+  per-transfer figure is what a burst pays per tensor; a single transfer's
+  latency is larger, and the difference is the part of it that pipelines.
+  """
+  tf, config, options = _session_parts(cluster, timeout_s)
+  src, dst = cluster.device_names[:2]
+  with tf.Graph().as_default() as graph:
+    with tf.device(src):
+      square = tf.Variable(tf.random.uniform(
+          [_CHAIN_SIZE, _CHAIN_SIZE], -0.05, 0.05, seed=1))
+      h = square.read_value()
+      for _ in range(6):
+        h = tf.matmul(h, square.read_value())
+      variables = [tf.Variable(tf.random.uniform([_TENSOR_FLOATS],
+                                                 seed=i + 2))
+                   for i in range(count)]
+    variants = {}
+    for variant, uses_on in (("transfers", dst), ("local", src)):
+      with tf.device(src), tf.control_dependencies([h]):
+        values = [v.read_value() for v in variables]
+      with tf.device(uses_on):
+        ends = [tf.identity(value).op for value in values]
+      with tf.device(dst):
+        ends.append(tf.identity(tf.constant(0.0)).op)
+      variants[variant] = ends
+    init = [square.initializer] + [v.initializer for v in variables]
+  times = _median_times(tf, cluster, graph, init, variants, config, options,
+                        repeats)
+  return {"per_transfer_us": max(0.0, (times["transfers"] - times["local"])
+                                 / count), "steps_us": times}
+
+
 def measured_runtime_costs(step_overhead: Dict[str, float],
-                           transfer_cpu: Dict[str, float]
+                           transfer_cpu: Dict[str, float],
+                           burst: Dict[str, float],
+                           small_transfer_us: float
                            ) -> runtime_costs.RuntimeCosts:
-  """The `RuntimeCosts` of a calibrated cluster from the two measurements."""
+  """The `RuntimeCosts` of a calibrated cluster from the measurements.
+
+  `small_transfer_us` is the link table's time for its smallest size; what
+  a burst pays per transfer below it is the latency that does not pipeline.
+  """
   return runtime_costs.RuntimeCosts(
       step_overhead_us=(step_overhead["one_worker_us"],
                         step_overhead["all_workers_us"]),
       control_transfers=True,
       transfer_cpu_us=(transfer_cpu["sender_us"],
                        transfer_cpu["receiver_us"]),
-      executor_order=runtime_costs.LAST_READY_FIRST)
+      executor_order=runtime_costs.LAST_READY_FIRST,
+      pipelined_latency_us=max(0.0, small_transfer_us
+                               - burst["per_transfer_us"]))
