@@ -29,7 +29,6 @@ Run it as `tf-gdp calibrate --workers=2 [--compute]`.
 import dataclasses
 import math
 import os
-import statistics
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -141,20 +140,10 @@ def measure_transfers(cluster, sizes: Sequence[int] = DEFAULT_SIZES, *,
 
   def round_trip(n: int, count: int):
     graph, variants = _ping_pong_graph(tf, devices[src], devices[dst], n)
-    times = {key: [] for key in variants}
-    with tf.compat.v1.Session(cluster.target, graph=graph,
-                              config=config) as session:
-      session.run(graph.get_collection(_INIT), options=options)
-      for _ in range(2):
-        for targets in variants.values():
-          session.run(targets, options=options)
-      for _ in range(count):
-        for key, targets in variants.items():
-          start = time.perf_counter()
-          session.run(targets, options=options)
-          times[key].append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times["remote"]), statistics.median(
-        times["local"])
+    times = calibrate_runtime.median_times(
+        tf, cluster, graph, graph.get_collection(_INIT), variants, config,
+        options, count)
+    return times["remote"], times["local"]
 
   remote, local = round_trip(1, _REPEATS_TOKEN)
   token_us = (remote - local) / 2.0

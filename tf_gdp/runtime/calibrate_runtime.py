@@ -50,9 +50,13 @@ def _session_parts(cluster, timeout_s: float):
   return tf, config, options
 
 
-def _median_times(tf, cluster, graph, init, variants, config, options,
+def median_times(tf, cluster, graph, init, variants, config, options,
                   repeats: int) -> Dict[str, float]:
-  """Median wall time of each variant's targets, run alternately."""
+  """Median wall time (us) of each variant's targets, run alternately.
+
+  Two untimed passes first; then `repeats` passes over the variants in
+  turn, so that drift in the machine's load hits them alike.
+  """
   times = {key: [] for key in variants}
   with tf.compat.v1.Session(cluster.target, graph=graph,
                             config=config) as session:
@@ -80,7 +84,7 @@ def measure_step_overhead(cluster, *, repeats: int = 50,
     for device in cluster.device_names:
       with tf.device(device):
         ops.append(tf.identity(tf.constant(0.0)).op)
-  times = _median_times(tf, cluster, graph, [],
+  times = median_times(tf, cluster, graph, [],
                         {"one_worker_us": ops[:1], "all_workers_us": ops},
                         config, options, repeats)
   return times
@@ -134,7 +138,7 @@ def measure_transfer_cpu(cluster, *, count: int = 128, repeats: int = 15,
   result = {}
   for label, busy in (("sender_us", 0), ("receiver_us", 1)):
     graph, init, variants = _busy_side_graph(tf, devices, busy, count)
-    times = _median_times(tf, cluster, graph, init, variants, config,
+    times = median_times(tf, cluster, graph, init, variants, config,
                           options, repeats)
     result[label] = max(0.0, (times["transfers"] - times["local"]) / count)
     result[label.replace("_us", "_steps_us")] = times
@@ -172,7 +176,7 @@ def measure_transfer_burst(cluster, *, count: int = 128, repeats: int = 15,
         ends.append(tf.identity(tf.constant(0.0)).op)
       variants[variant] = ends
     init = [square.initializer] + [v.initializer for v in variables]
-  times = _median_times(tf, cluster, graph, init, variants, config, options,
+  times = median_times(tf, cluster, graph, init, variants, config, options,
                         repeats)
   return {"per_transfer_us": max(0.0, (times["transfers"] - times["local"])
                                  / count), "steps_us": times}
