@@ -12,23 +12,12 @@ import pytest
 from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology
-from tf_gdp.graph import op_graph
 
+from test_contention import _graph
 from test_simulator import assert_agrees_with_reference
 from test_simulator import random_graph
 from test_simulator import random_priority
 from test_simulator import random_topology
-
-
-def _graph(costs, edges=()):
-  """Graph n0..n{k}; edges are (src, dst, bytes, slot); slot -1: control."""
-  n = len(costs)
-  return op_graph.OpGraph.build(
-      name="t", node_names=[f"n{i}" for i in range(n)], op_types=["Op"] * n,
-      costs={"GPU": costs, "CPU": costs}, output_bytes=[0] * n,
-      memory_bytes=[0] * n, edge_src=[e[0] for e in edges],
-      edge_dst=[e[1] for e in edges], edge_bytes=[e[2] for e in edges],
-      edge_output=[e[3] for e in edges])
 
 
 def _with(topo, **runtime):
