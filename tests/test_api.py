@@ -15,6 +15,7 @@ import tf_keras
 import tf_gdp as gdp
 from tf_gdp import api
 from tf_gdp import errors
+from tf_gdp import gdp_method
 from tf_gdp import placing
 from tf_gdp.cost import presets
 from tf_gdp.cost import topology
@@ -253,7 +254,7 @@ def test_local_cpus_preset():
 
 
 def test_gdp_method_without_a_policy_says_how_to_get_one(placed):
-  if os.path.isdir(placing.PRETRAINED_POLICY):
+  if os.path.isdir(gdp_method.PRETRAINED_POLICY):
     pytest.skip("a pretrained policy ships here")
   _, model, _, x, y = placed
   with pytest.raises(errors.InputError, match="make pretrain"):

@@ -22,6 +22,8 @@ _LAYERS = (
     ("tf_gdp.api", "tf_gdp.evaluation", "tf_gdp.place_batch"),
     ("tf_gdp.confirm_placement",),
     ("tf_gdp.placing",),
+    ("tf_gdp.auto_method",),
+    ("tf_gdp.gdp_method",),
     ("tf_gdp.rl",),
     ("tf_gdp.policy", "tf_gdp.baselines", "tf_gdp.viz", "tf_gdp.runtime"),
     ("tf_gdp.graph_specs", "tf_gdp.placement_file", "tf_gdp.target_devices"),

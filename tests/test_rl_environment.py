@@ -88,7 +88,8 @@ def test_out_of_memory_is_penalized_below_the_reference():
   # 600 MiB per op: one chain (2.4 GiB) fits a 3 GiB GPU, both do not.
   graph = two_chains(memory=600 << 20)
   topology = gpus(memory=3 * GIB)
-  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)])
+  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)],
+                                 repair_invalid=False)
   together = np.zeros((1, 8), np.int32)
   evaluation = env.evaluate(0, np.concatenate([together, [split_action(env)]]))
   assert list(evaluation.valid) == [False, True]
@@ -98,6 +99,29 @@ def test_out_of_memory_is_penalized_below_the_reference():
   assert evaluation.reward[0] <= -rewards.INVALID_PENALTY
   assert evaluation.reward[1] == pytest.approx(0.0, abs=1e-6)
   assert env.best(0).step_time_us == pytest.approx(400.0)
+  assert env.evaluations == 2
+
+
+def test_an_out_of_memory_action_is_repaired_and_returned_as_executed():
+  graph = two_chains(memory=600 << 20)
+  topology = gpus(memory=3 * GIB)
+  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)])
+  together = np.zeros((1, 8), np.int32)
+  evaluation = env.evaluate(0, together)
+  assert list(evaluation.valid) == [True]
+  executed = evaluation.group_devices[0]
+  assert set(executed.tolist()) == {0, 1}  # the chains were split
+  np.testing.assert_array_equal(
+      evaluation.placements[0],
+      features.group_to_node_placement(env.inputs(0), executed))
+  assert evaluation.reward[0] > -rewards.INVALID_PENALTY
+  assert env.evaluations > 1  # the repair's simulations count
+  # A valid action is executed as given, with one simulation.
+  before = env.evaluations
+  again = env.evaluate(0, [split_action(env)])
+  np.testing.assert_array_equal(again.group_devices[0],
+                                split_action(env)[:env.inputs(0).num_groups])
+  assert env.evaluations == before + 1
 
 
 def test_reward_function():

@@ -36,6 +36,7 @@ from tf_gdp import graph_specs
 from tf_gdp import placement_file
 from tf_gdp import placing
 from tf_gdp import target_devices
+from tf_gdp.baselines import valid_result
 from tf_gdp.cost import topology as topology_lib
 
 LOCAL = target_devices.LOCAL
@@ -82,7 +83,7 @@ class _Options:
         self.budget, (int, float)) or not self.budget >= 0:
       raise errors.InputError(f"budget must be seconds >= 0, got {self.budget!r}")
     for name in self.compare:
-      if name not in methods or name == placing.GDP:
+      if name not in methods or name in (placing.GDP, placing.AUTO):
         raise errors.InputError(f"cannot compare with {name!r}: not a baseline")
     if not isinstance(self.placement,
                       (placement_file.PlacementFile, type(None))):
@@ -97,7 +98,7 @@ class _Options:
 
 
 def place(fn: Optional[Callable] = None, *example_args,
-          devices: Devices = LOCAL, method: str = placing.GDP,
+          devices: Devices = LOCAL, method: str = placing.AUTO,
           budget: float = 0.0, backend: str = SIMULATE,
           compare: Sequence[str] = placing.DEFAULT_COMPARE, seed: int = 0,
           placement: Union[None, placement_file.PlacementFile, str,
@@ -119,8 +120,11 @@ def place(fn: Optional[Callable] = None, *example_args,
       and `tf.config.LogicalDevice`s (`["/device:CPU:0", "/device:CPU:1"]`:
       priced from the attached hardware, else from the matching preset;
       `tf_gdp.target_devices`).
-    method: "gdp" (the shipped policy) or a baseline (`placing.method_names`).
-    budget: gdp: seconds of fine-tuning on this graph after zero-shot.
+    method: "auto" (the best valid placement of the shipped policy, the
+      baselines and a local search), "gdp" (the shipped policy alone) or a
+      baseline (`placing.method_names`).
+    budget: gdp: seconds of fine-tuning on this graph after zero-shot;
+      auto: seconds for each of its searches (fine-tuning, local search).
     backend: "simulate" (predicted step times) or "measure" (also time the
       chosen placement on the devices with the TF runtime).
     compare: baselines simulated beside the method for the report.
@@ -243,9 +247,10 @@ class PlacedFunction:
         result = confirm_placement.confirm(
             result, graph, topo, extracted, seed=options.seed,
             allow_side_effects=options.allow_side_effects)
-    if not result.valid:
-      logging.warning("%s: the placement on %s is predicted invalid: %s",
-                      self.__name__, topo.name, result.reason)
+    if "repair" in result.details:
+      logging.warning("%s: the placement on %s was repaired to fit memory "
+                      "(%s)", self.__name__, topo.name,
+                      result.details["repair"]["original_reason"])
     device_map = result.device_map(graph)
     _check_constraints(extracted, device_map, runs_here)
     state = _Placed(concrete, extracted, graph, topo, result, device_map,
@@ -376,10 +381,14 @@ def _reapply(graph, topo: topology_lib.Topology,
              seed: int) -> placing.PlaceResult:
   """A saved placement judged like a searched one, without any search."""
   indices = placement_file.apply(loaded, graph, topo)
-  return placing.judge(graph, topo, LOADED, indices,
-                       details={"loaded_from": loaded.path,
-                                "found_by": loaded.method},
-                       compare=compare, seed=seed)
+  made = valid_result.valid_placement(graph, topo, indices, method=LOADED,
+                                      seed=seed)
+  details = {"loaded_from": loaded.path, "found_by": loaded.method}
+  if made.repair is not None:
+    details["repair"] = made.repair
+  return placing.judge(graph, topo, LOADED, made.placement, details=details,
+                       evaluations=made.evaluations, compare=compare,
+                       seed=seed)
 
 
 def _check_constraints(extracted, device_map: Mapping[str, str],

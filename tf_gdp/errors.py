@@ -17,5 +17,13 @@ class InfeasibleError(InputError):
   """
 
 
+class NoValidPlacementError(InfeasibleError):
+  """Neither the method nor the repair found a placement that fits memory.
+
+  The memory lower bound (`cost.feasibility`) allows one, but it is only a
+  necessary condition: no result is returned rather than an invalid one.
+  """
+
+
 __all__ = ["GraphFormatError", "GraphLoadError", "InfeasibleError",
-           "InputError", "PlacementError"]
+           "InputError", "NoValidPlacementError", "PlacementError"]

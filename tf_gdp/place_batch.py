@@ -31,6 +31,7 @@ from tf_gdp import confirm_placement
 from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp import graph_specs
+from tf_gdp import gdp_method
 from tf_gdp import placing
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import identity
@@ -48,7 +49,7 @@ class Outcome:
 
 
 def place_many(spec: str, devices: str, out_dir: str, *,
-               method: str = placing.GDP, budget_seconds: float = 0.0,
+               method: str = placing.AUTO, budget_seconds: float = 0.0,
                policy: Optional[str] = None, samples: int = 16,
                seed: int = 0, compare=placing.DEFAULT_COMPARE,
                pictures: bool = True, write_graph: bool = False,
@@ -77,8 +78,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   placing.check_compare(compare)
   if robust_objective:
     placing.check_robust_objective(method, budget_seconds, robust_members)
-  if method == placing.GDP:
-    placing.check_policy(policy)
+  if method in (placing.GDP, placing.AUTO):
+    gdp_method.check_policy(policy)
   topology = topology_lib.get(devices)
   items = graph_specs.parse(spec, signature=signature)
   if calibrate and topology_lib.link_source(topology) == "guessed":

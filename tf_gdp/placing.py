@@ -8,11 +8,13 @@ The shared core of `tf-gdp place`, `gdp.place()` and the examples:
     placing.save(result, graph, "placement.json")
     placement_file.load(graph, topology, "placement.json")  # by op name
 
-Methods: "gdp" (the learned policy: zero-shot, i.e. one forward pass then
-greedy plus a handful of samples judged by the simulator; with a budget it
-is then fine-tuned on this graph for that many seconds and the better of the
-two is kept; both are the policy's own placements) and every baseline of
-`tf_gdp.baselines`. Every result, searched here or re-applied from a
+Methods: "auto", the default (the best valid placement of GDP, the cheap
+baselines and a local search: `auto_method`), "gdp" (the learned policy
+alone: `gdp_method`) and every baseline of `tf_gdp.baselines`. No method's
+placement is returned invalid: each goes through `baselines.valid_result`
+(repaired to fit memory, else the best repaired fallback, else
+`NoValidPlacementError`), and the report's details say when it was
+changed ("repair"). Every result, searched here or re-applied from a
 placement file by `gdp.place`, is judged by `judge`: the same simulator,
 bound and baselines. A list scheduler (m_etf, m_sct, heft) plans the order
 each device runs its ops in; it is judged with the simulator's default
@@ -22,28 +24,32 @@ method itself and among the compared baselines.
 
 import dataclasses
 import json
-import os
-import time
 from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 
 from grappler_bridge import errors as grappler_errors
 
+from tf_gdp import auto_method
 from tf_gdp import errors
+from tf_gdp import gdp_method
 from tf_gdp import placement_file
+from tf_gdp.baselines import repair
+from tf_gdp.baselines import valid_result
 from tf_gdp.cost import ensemble
+from tf_gdp.cost import feasibility
 from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 
 GDP = "gdp"
-# The policy that ships with the package (`make pretrain` reproduces it).
-PRETRAINED_POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                 "pretrained", "policy")
+AUTO = auto_method.AUTO
 # Cheap baselines every report lists next to the chosen method.
 DEFAULT_COMPARE = ("single_device", "human_expert", "metis", "m_etf")
+# How a baseline says its own memory estimate fits no device (`baselines.
+# common`, `single_device`): it found no placement, though one may exist.
+MEMORY_ESTIMATE_ERRORS = ("infeasible:", "no single device holds")
 # Perturbed cost models a preset's report judges placements under (0: none).
 ROBUST_MEMBERS = ensemble.DEFAULT_MEMBERS
 
@@ -117,11 +123,12 @@ class PlaceResult:
 
 def method_names() -> list:
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
-  return [GDP] + baselines.method_names()
+  return [AUTO, GDP] + baselines.method_names()
 
 
 def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
-          method: str = GDP, *, budget_seconds: float = 0.0,
+          method: str = AUTO, *, budget_seconds: float = 0.0,
+          budget_evaluations: Optional[int] = None,
           policy: Optional[str] = None, samples: int = 16, seed: int = 0,
           compare: Sequence[str] = DEFAULT_COMPARE,
           extracted=None, log: Optional[Callable[[str], None]] = None,
@@ -131,9 +138,13 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
 
   Args:
     graph, topology: what to place where.
-    method: "gdp" or a baseline name (`method_names()`).
+    method: "auto" (the best valid placement of GDP and the baselines,
+      `auto_method`), "gdp" or a baseline name (`method_names()`).
     budget_seconds: gdp: fine-tuning time after zero-shot (0: zero-shot
-      only); hdp: its search budget is its own option, not this.
+      only); auto: the time its searches share; hdp: its search budget is
+      its own option, not this.
+    budget_evaluations: gdp and auto: the same as a number of simulator
+      evaluations (None: none); with both, the first reached ends a search.
     policy: gdp: a saved policy directory (default: the shipped one).
     samples: gdp: sampled placements per forward pass / PPO iteration.
     seed: seeds sampling and randomized baselines.
@@ -150,32 +161,66 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
         f"unknown method {method!r}; choose from {', '.join(method_names())}")
   if budget_seconds < 0:
     raise errors.InputError("budget_seconds must be >= 0")
+  if budget_evaluations is not None and budget_evaluations < 1:
+    raise errors.InputError("budget_evaluations must be >= 1")
   check_compare(compare)
   if robust_objective:
     check_robust_objective(method, budget_seconds, robust_members)
-  from tf_gdp.cost import feasibility  # pylint: disable=g-import-not-at-top
   feasibility.check_feasible(graph, topology)  # InfeasibleError with numbers
   priority = None
-  if method == GDP:
-    placement, seconds, evaluations, details = _place_gdp(
-        graph, topology, budget_seconds=budget_seconds, policy=policy,
+  if method == AUTO:
+    chosen = auto_method.place(
+        graph, topology, budget_seconds=budget_seconds,
+        budget_evaluations=budget_evaluations, policy=policy,
+        samples=samples, seed=seed, extracted=extracted, log=log)
+    placement, seconds = chosen.placement, chosen.seconds
+    evaluations, details = chosen.evaluations, chosen.details
+    priority = chosen.priority
+  elif method == GDP:
+    placement, seconds, evaluations, details = gdp_method.place(
+        graph, topology, budget_seconds=budget_seconds,
+        budget_evaluations=budget_evaluations, policy=policy,
         samples=samples, seed=seed, extracted=extracted, log=log,
         robust_members=robust_members if robust_objective else 0)
   else:
-    from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
-    found = baselines.run(method, graph, topology, seed=seed)
-    placement, seconds = found.placement, found.search_seconds
-    evaluations, details = found.evaluations, _jsonable(found.info)
-    priority = found.priority
-  return judge(graph, topology, method, placement, search_seconds=seconds,
-               evaluations=evaluations, details=details, compare=compare,
-               seed=seed, robust_members=robust_members,
+    placement, seconds, evaluations, details, priority, found_none = (
+        _place_baseline(method, graph, topology, seed))
+  made = valid_result.valid_placement(graph, topology, placement,
+                                      method=method, seed=seed,
+                                      method_error=found_none)
+  if made.repair is not None:
+    details = dict(details, repair=made.repair)
+    if made.repair.get("fallback"):
+      priority = None  # the method's own order is for its own placement
+  return judge(graph, topology, method, made.placement,
+               search_seconds=seconds,
+               evaluations=evaluations + made.evaluations, details=details,
+               compare=compare, seed=seed, robust_members=robust_members,
                priority=priority)
+
+
+def _place_baseline(method, graph, topology, seed):
+  """(placement, seconds, evaluations, details, priority, why none).
+
+  A baseline whose own memory estimate fits nowhere finds no placement
+  (placement None, and why); the validity gate then tries its fallbacks,
+  since the estimate is not the simulator's exact peak.
+  """
+  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
+  try:
+    found = baselines.run(method, graph, topology, seed=seed)
+  except errors.InputError as e:
+    message = grappler_errors.first_line(e)
+    if not message.startswith(MEMORY_ESTIMATE_ERRORS):
+      raise
+    return None, 0.0, 0, {"found_none": message}, None, message
+  return (found.placement, found.search_seconds, found.evaluations,
+          _jsonable(found.info), found.priority, None)
 
 
 def check_compare(compare: Sequence[str]) -> None:
   """InputError naming the baselines when `compare` holds anything else."""
-  baselines = [name for name in method_names() if name != GDP]
+  baselines = [name for name in method_names() if name not in (GDP, AUTO)]
   for name in compare:
     if name not in baselines:
       raise errors.InputError(f"cannot compare with {name!r}: not a baseline; "
@@ -189,73 +234,6 @@ def check_robust_objective(method: str, budget_seconds: float,
     raise errors.InputError(
         "the robust objective steers gdp's fine-tuning: it needs method gdp, "
         "budget_seconds > 0 and robust_members > 0")
-
-
-def check_policy(policy: Optional[str] = None) -> str:
-  """The policy directory `gdp` would use (None: the shipped one), checked.
-
-  Raises InputError when it is missing or not a loadable saved policy, so
-  that a batch fails once, before its first graph, not once per graph.
-  """
-  from tf_gdp.rl import policy_io  # pylint: disable=g-import-not-at-top
-  policy_path = policy or PRETRAINED_POLICY
-  if not os.path.isdir(policy_path):
-    raise errors.InputError(
-        f"no policy at {policy_path}: pass a saved policy directory, or run "
-        "`make pretrain` to build the shipped one")
-  policy_io.load_policy(policy_path)  # config and weights present, readable
-  return policy_path
-
-
-def _place_gdp(graph, topology, *, budget_seconds, policy, samples, seed,
-               extracted, log, robust_members=0):
-  """(placement, seconds, evaluations, details) from the learned policy.
-
-  With `robust_members`, fine-tuning's objective is the median step time
-  over that many perturbed cost models, and so is the choice between the
-  zero-shot and the fine-tuned placement.
-  """
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
-  policy_path = check_policy(policy)
-  started = time.perf_counter()
-  task = environment.PlacementTask(graph, topology, extracted=extracted,
-                                   name=graph.name)
-  shot = workflows.zeroshot(policy_path, task, samples=samples, seed=seed)
-  placement = shot.placement
-  details = {"mode": "zero-shot", "policy": policy_path,
-             "zero_shot_step_time_us": shot.step_time_us,
-             "zero_shot_chosen": shot.chosen,
-             "greedy_step_time_us": shot.greedy_step_time_us,
-             "zero_shot_seconds": shot.seconds}
-  evaluations = 1 + samples
-  if budget_seconds > 0:
-    config = train_config.TrainConfig(
-        graphs_per_iteration=1, samples_per_graph=max(samples, 2), seed=seed,
-        log_every_seconds=30.0, checkpoint_every_seconds=1e9,
-        robust_objective=robust_members > 0,
-        robust_members=robust_members or ensemble.DEFAULT_MEMBERS)
-    tuned = workflows.finetune(
-        policy_path, task, budget=train_config.Budget(seconds=budget_seconds),
-        config=config, log=log or (lambda line: None))
-    best = tuned.best[task.name]
-    evaluations += tuned.evaluations
-    details.update(mode="fine-tune", finetune_iterations=tuned.iterations,
-                   finetune_seconds=tuned.seconds,
-                   finetune_step_time_us=(best.step_time_us if best else None))
-    tuned_us, shot_us = (best.step_time_us if best else None,
-                         shot.step_time_us)
-    if best is not None and robust_members:
-      details.update(finetune_objective="ensemble_median")
-      objective = ensemble.Ensemble(graph, topology, members=robust_members,
-                                    seed=ensemble.OBJECTIVE_SEED)
-      tuned_us, shot_us = np.median(objective.step_times(
-          np.stack([best.placement, shot.placement])), axis=0)
-    if best is not None and (tuned_us < shot_us or not shot.valid):
-      placement = best.placement
-  return (np.asarray(placement, np.int32), time.perf_counter() - started,
-          evaluations, details)
 
 
 def judge(graph: op_graph.OpGraph, topology: topology_lib.Topology,
@@ -343,6 +321,11 @@ def _baseline_summary(name, graph, topology, seed, robust=None) -> dict:
   sim = simulator.simulate(graph, found.placement, topology)
   summary = {"step_time_us": sim.step_time_us, "valid": sim.valid,
              "search_seconds": found.search_seconds}
+  if not sim.valid:  # what the same repair as the method's makes of it
+    fixed = repair.repair(graph, topology, found.placement)
+    summary["repaired"] = {"valid": fixed.valid,
+                           "step_time_us": fixed.step_time_us,
+                           "moved_groups": fixed.moved_groups}
   if robust is not None:
     summary["robustness"] = robust(found.placement)
   if found.priority is not None:

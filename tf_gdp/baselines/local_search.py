@@ -9,7 +9,8 @@ simulated-annealing step.
 * Start: single_device, m_topo, m_etf, m_sct, heft, metis, and
   stage_pipeline where a stage rule applies, each run (its own simulator
   calls count), then all judged in one batch by the simulator on the same
-  topology and costs; the fastest valid one is the start.
+  topology and costs; the fastest valid one is the start (if none is
+  valid, the fastest repaired to fit memory, `repair`).
 * Moves, each a change of the current group placement: one group to another
   device; a swap of two groups' devices; every group of a numbered scope
   (`graph.scopes.numbered_scopes`: `layer_3`, `encoder/layer_2`, `block5`,
@@ -43,6 +44,7 @@ from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import m_sct
 from tf_gdp.baselines import m_topo
 from tf_gdp.baselines import metis
+from tf_gdp.baselines import repair
 from tf_gdp.baselines import single_device
 from tf_gdp.baselines import stage_pipeline
 from tf_gdp.cost import topology as topology_lib
@@ -125,8 +127,14 @@ def _start(graph, topology, seed: int):
   common.note("start", names[order[0]])
   common.note("start_evaluations", inner.evaluations)
   best = order[0]
-  step = float(judged.step_time_us[best]) if judged.valid[best] else math.inf
-  return np.asarray(placements[best]), step, inner.evaluations
+  if judged.valid[best]:
+    return (np.asarray(placements[best]), float(judged.step_time_us[best]),
+            inner.evaluations)
+  fixed = repair.repair(graph, topology, placements[best])
+  common.count_evaluations(fixed.evaluations)
+  common.note("start_repaired", fixed.valid)
+  return (fixed.placement, fixed.step_time_us if fixed.valid else math.inf,
+          inner.evaluations + fixed.evaluations)
 
 
 def _score(graph, topology, view, group_devices) -> np.ndarray:

@@ -26,6 +26,7 @@ from absl import app
 from absl import flags
 
 from tf_gdp import graph_specs
+from tf_gdp import gdp_method
 from tf_gdp import placing
 from tf_gdp.baselines import stage_pipeline
 from tf_gdp.bench import harness
@@ -245,7 +246,7 @@ def main(argv):
     loaded = source.load(_DEVICES.value)
     results.append(evaluate_graph(
         loaded, source.label, _DEVICES.value,
-        policy=_POLICY.value or placing.PRETRAINED_POLICY,
+        policy=_POLICY.value or gdp_method.PRETRAINED_POLICY,
         finetune_seconds=_FINETUNE.value, hdp_budget=_HDP_BUDGET.value,
         samples=_SAMPLES.value, seed=_SEED.value, ablations=ablations))
   print(format_table(results))

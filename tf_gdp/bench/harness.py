@@ -23,6 +23,7 @@ import numpy as np
 from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp import graph_specs
+from tf_gdp.baselines import valid_result
 from tf_gdp.cost import feasibility
 from tf_gdp.cost import lower_bound as lower_bound_lib
 from tf_gdp.cost import simulator
@@ -58,6 +59,11 @@ class Row:
   measured_reason: Optional[str] = None
   step_time_planned_us: float = math.nan  # with the method's planned order
   planned_valid: Optional[bool] = None
+  # The method's own placement, when it was invalid and the row shows the
+  # repaired one (`baselines.valid_result`): its validity, time and reason.
+  own_valid: bool = True
+  own_step_time_us: Optional[float] = None
+  own_reason: Optional[str] = None
 
 
 def parse_methods(spec: str) -> List[str]:
@@ -103,22 +109,34 @@ def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
       continue
     row.search_seconds = result.search_seconds
     sim = simulator.simulate(graph, result.placement, topo)
+    placement, priority = result.placement, result.priority
+    if not sim.valid:  # never a result: the repaired placement is the row's
+      row.own_valid, row.own_reason = False, sim.reason
+      row.own_step_time_us = sim.step_time_us
+      try:
+        placement = valid_result.valid_placement(
+            graph, topo, placement, method=method, seed=seed).placement
+        sim, priority = simulator.simulate(graph, placement, topo), None
+      except errors.NoValidPlacementError as e:
+        row.reason = f"no valid placement: {e}"
+        rows.append(row)
+        progress(f"  {label} / {method}: {row.reason}")
+        continue
     row.step_time_us = sim.step_time_us
     row.valid = bool(sim.valid)
     row.reason = sim.reason
     row.peak_memory_gib = [round(b / 2**30, 3) for b in sim.peak_memory_bytes]
-    if result.priority is not None:
-      planned = simulator.simulate(graph, result.placement, topo,
-                                   priority=result.priority)
+    if priority is not None:
+      planned = simulator.simulate(graph, placement, topo, priority=priority)
       row.step_time_planned_us = planned.step_time_us
       row.planned_valid = bool(planned.valid)
     if measurer is not None and loaded.extracted is not None:
-      measured = measurer(loaded.extracted, result.placement, topo)
+      measured = measurer(loaded.extracted, placement, topo)
       row.measured_us = measured.step_time_us if measured.valid else None
       row.measured_reason = measured.reason
     rows.append(row)
     progress(f"  {label} / {method}: {sim.step_time_us / 1e3:,.1f} ms"
-             f"{'' if sim.valid else ' INVALID'} "
+             f"{'' if row.own_valid else ' (repaired)'} "
              f"(search {result.search_seconds:.1f} s, total "
              f"{time.perf_counter() - started:.1f} s)")
   add_ratios(rows)
@@ -159,6 +177,8 @@ def format_table(rows: List[Row], devices: str) -> str:
     def ratio(x):
       return "   -" if math.isnan(x) else f"{x:.2f}"
     note = "" if r.valid else (r.reason or "invalid")
+    if not r.own_valid and r.valid:
+      note = f"repaired: {r.own_reason}"
     line = (f"{r.graph[:21]:<22}{r.method:<15}{_ms(r.step_time_us):>11}"
             + (f"{_planned_ms(r):>12}" if planned else "") +
             f"{ratio(r.speedup_vs_single):>9}"

@@ -29,6 +29,7 @@ from absl import flags
 import numpy as np
 
 from tf_gdp import graph_specs
+from tf_gdp import gdp_method
 from tf_gdp import placing
 from tf_gdp.bench import harness
 from tf_gdp.bench import real_graphs
@@ -170,7 +171,7 @@ def main(argv):
     for name in _GRAPHS.value:
       results.append(check_graph(
           name, cluster, topology,
-          policy=_POLICY.value or placing.PRETRAINED_POLICY,
+          policy=_POLICY.value or gdp_method.PRETRAINED_POLICY,
           finetune_seconds=_FINETUNE.value, sweeps=_SWEEPS.value,
           repeats=_REPEATS.value, samples=_SAMPLES.value, seed=_SEED.value,
           backend=_BACKEND.value, entropy=_ENTROPY.value,

@@ -32,13 +32,16 @@ _DEVICES = flags.DEFINE_string(
     "devices", "p100x4", "Topology: a preset (p100x2, p100x4, v100x8, h100x8, "
     "cpu-workers:K, local-cpus:K) or a topology .json file.")
 _METHOD = flags.DEFINE_string(
-    "method", placing.GDP, "gdp (the learned policy; zero-shot, or fine-tuned "
-    "for --budget_seconds) or a baseline: single_device, human_expert, random, "
+    "method", placing.AUTO, "auto (the best valid placement of gdp, the cheap "
+    "baselines and local_search, each search given --budget_seconds), gdp "
+    "(the learned policy alone; zero-shot, or fine-tuned for "
+    "--budget_seconds) or a baseline: single_device, human_expert, random, "
     "round_robin, m_topo, m_etf, m_sct, heft, metis, stage_pipeline, "
     "contiguous_dp, local_search, hdp.")
 _BUDGET = flags.DEFINE_float(
     "budget_seconds", 0.0, "gdp: fine-tune for this long per graph after the "
-    "zero-shot placement (0: zero-shot only).", lower_bound=0.0)
+    "zero-shot placement (0: zero-shot only); auto: the time each of its "
+    "searches gets.", lower_bound=0.0)
 _POLICY = flags.DEFINE_string(
     "policy", None, "gdp: a saved policy directory (default: the shipped "
     "pre-trained policy).")

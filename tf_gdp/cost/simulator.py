@@ -469,10 +469,19 @@ def _bad_nodes(ok: np.ndarray, nodes: np.ndarray, placement: np.ndarray,
 def memory_problems(peak_bytes: np.ndarray,
                     topology: topology_lib.Topology) -> list:
   """One line per device whose peak memory exceeds its capacity."""
-  return [f"OOM on {device.name}: needs {peak_bytes[j] / _GIB:.1f} GiB, has "
-          f"{device.memory_bytes / _GIB:.1f} GiB"
+  return [f"OOM on {device.name}: needs "
+          f"{_in_unit(peak_bytes[j], device.memory_bytes)}"
           for j, device in enumerate(topology.devices)
           if peak_bytes[j] > device.memory_bytes]
+
+
+def _in_unit(needed, capacity) -> str:
+  """"10.0 GiB, has 8.0 GiB": both in the unit of the larger one."""
+  for unit, scale in (("GiB", _GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    if max(needed, capacity) >= scale:
+      return (f"{needed / scale:.1f} {unit}, has {capacity / scale:.1f} "
+              f"{unit}")
+  return f"{int(needed)} bytes, has {int(capacity)} bytes"
 
 
 def _more(count: int) -> str:

@@ -347,6 +347,22 @@ def group_to_node_placement(inputs: PolicyInputs,
   return placement
 
 
+def node_to_group_placement(inputs: PolicyInputs,
+                            placement: np.ndarray) -> np.ndarray:
+  """int32[num_groups] device per group of a placement that keeps groups whole.
+
+  The inverse of `group_to_node_placement`: what the policy would have had
+  to choose to give `placement` (e.g. one repaired after sampling).
+  """
+  placement = np.asarray(placement).reshape(-1)
+  if placement.shape[0] != inputs.num_nodes:
+    raise errors.InputError(
+        f"a placement of {placement.shape[0]} ops for {inputs.num_nodes}")
+  groups = inputs.group_ids[:inputs.num_nodes]
+  _, first = np.unique(groups, return_index=True)
+  return placement[inputs.order[first]].astype(np.int32)
+
+
 def as_tensors(inputs: PolicyInputs) -> dict:
   """The observation dict (numpy arrays, keys `OBSERVATION_KEYS`)."""
   out = {}

@@ -29,9 +29,7 @@ valid placement seen per task (`best`).
 """
 
 import dataclasses
-import hashlib
 import math
-import time
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -44,10 +42,12 @@ from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
 from tf_gdp import errors
+from tf_gdp.baselines import repair
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 from tf_gdp.policy import features
+from tf_gdp.rl import measured_runs
 from tf_gdp.rl import observations
 from tf_gdp.rl import rewards
 from tf_gdp.rl import robust_objective
@@ -90,7 +90,7 @@ class PlacementEnv(py_environment.PyEnvironment):
                padding: Optional[dict] = None,
                reference_methods: Sequence[str] = rewards.REFERENCE_METHODS,
                seed: int = 0, allow_side_effects: bool = False,
-               robust_members: int = 0):
+               robust_members: int = 0, repair_invalid: bool = True):
     """Builds the environment; observations are built lazily per task.
 
     Args:
@@ -116,6 +116,9 @@ class PlacementEnv(py_environment.PyEnvironment):
         reach outside the step (`grappler_bridge.side_effects`).
       robust_members: simulate backend: reward the median step time over
         this many perturbed cost models (`robust_objective`); 0: nominal.
+      repair_invalid: repair placements that break memory before judging
+        them (`baselines.repair`, its simulations counted); the evaluation
+        returns the executed action, which PPO trains on.
 
     Raises:
       InputError: no tasks, an unknown backend, a measure backend without a
@@ -144,7 +147,7 @@ class PlacementEnv(py_environment.PyEnvironment):
       for task in tasks:
         side_effects.check(task.extracted.graph_def, what=task.name,
                            allow_side_effects=allow_side_effects)
-    self._allow_side_effects = bool(allow_side_effects)
+    self._repair = bool(repair_invalid)
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
       raise errors.InputError(f"task names must be unique, got {names}")
@@ -160,22 +163,15 @@ class PlacementEnv(py_environment.PyEnvironment):
     self._measured_references = [None] * len(self._tasks)
     self._best = [None] * len(self._tasks)
     self._best_simulated = [math.inf] * len(self._tasks)
-    self._measure_cache = [{} for _ in self._tasks]
-    self._confirmed = [set() for _ in self._tasks]
-    if measure_confirm < 0:
-      raise errors.InputError("measure_confirm must be >= 0")
+    self._runs = measured_runs.MeasuredRuns(
+        self._tasks, measure_target, repeats=measure_repeats,
+        warmup=measure_warmup, confirm=measure_confirm,
+        allow_side_effects=allow_side_effects)
     self._measure_confirm = int(measure_confirm)
-    self._measure_target = measure_target
-    self._measure_repeats = int(measure_repeats)
-    self._measure_warmup = int(measure_warmup)
     self._measure_top_k = int(measure_top_k)
     self._mix_slack = float(mix_slack)
-    self._cluster = None
     self._current = 0
     self.evaluations = 0
-    self.measurements = 0
-    self.confirmations = 0  # repeated measurements of would-be bests
-    self.measure_seconds = 0.0
     self._observation_spec = observations.observation_spec(self._padding,
                                                            len(self._tasks))
     self._action_spec = array_spec.BoundedArraySpec(
@@ -301,6 +297,12 @@ class PlacementEnv(py_environment.PyEnvironment):
                            for row in safe]) if batch else np.zeros(
                                (0, inputs.num_nodes), np.int32)
     task = self._tasks[index]
+    fixed = repair.repair_batch(task.graph, task.topology, placements) if (
+        self._repair and batch) else None
+    if fixed is not None:
+      placements = np.stack([f.placement for f in fixed])
+      real = np.stack([features.node_to_group_placement(inputs, p)
+                       for p in placements]).astype(np.int64)
     simulated = np.full(batch, np.nan)
     measured = np.zeros(batch, bool)
     step = np.full(batch, np.nan)
@@ -308,9 +310,15 @@ class PlacementEnv(py_environment.PyEnvironment):
     reward = np.zeros(batch, np.float32)
     objective = None  # what the best is chosen by, when not the step time
     if self._backend in ("simulate", "mix"):
-      result = simulator.simulate_batch(task.graph, placements, task.topology)
-      simulated = result.step_time_us.astype(np.float64)
-      valid = result.valid & in_range
+      if fixed is None:
+        result = simulator.simulate_batch(task.graph, placements,
+                                          task.topology)
+        simulated, valid = result.step_time_us.astype(np.float64), result.valid
+      else:  # the repair simulated every row
+        simulated = np.array([f.step_time_us for f in fixed], np.float64)
+        valid = np.array([f.valid for f in fixed])
+        self.evaluations += sum(f.evaluations for f in fixed) - batch
+      valid = valid & in_range
       step = simulated.copy()
       reward = rewards.placement_reward(step, valid, self.reference_us(index))
       if self._robust is not None:
@@ -340,7 +348,8 @@ class PlacementEnv(py_environment.PyEnvironment):
                       objective)
     return rewards.Evaluation(
         reward=reward, step_time_us=step, simulated_us=simulated,
-        measured=measured, valid=valid, placements=placements)
+        measured=measured, valid=valid, placements=placements,
+        group_devices=real.astype(np.int32))
 
   def _mix_candidates(self, index, simulated, valid, placements) -> list:
     """Rows to measure: fastest valid ones near the best simulated time."""
@@ -353,7 +362,7 @@ class PlacementEnv(py_environment.PyEnvironment):
         break
       if simulated[b] > self._mix_slack * best_sim:
         break
-      key = _placement_key(placements[b])
+      key = measured_runs.placement_key(placements[b])
       if key in seen:
         continue
       seen.add(key)
@@ -401,69 +410,27 @@ class PlacementEnv(py_environment.PyEnvironment):
       return
 
   def _confirm(self, index: int, placement: np.ndarray):
-    """Measures a would-be best again; the median of all its runs (cached)."""
-    key = _placement_key(placement)
-    cache = self._measure_cache[index]
-    first = self._measure(index, placement)
-    if key in self._confirmed[index] or not first.valid:
-      return cache[key]
-    self._confirmed[index].add(key)
-    runs = [first] + [self._run(index, placement)
-                      for _ in range(self._measure_confirm)]
-    self.confirmations += self._measure_confirm
-    valid = [r for r in runs if r.valid]
-    if len(valid) < len(runs):
-      combined = next(r for r in runs if not r.valid)
-    else:
-      combined = dataclasses.replace(
-          first, step_time_us=float(np.median([r.step_time_us for r in runs])),
-          times_us=tuple(t for r in runs for t in r.times_us))
-    cache[key] = combined
-    return combined
+    return self._runs.confirm(index, placement)
 
   def _measure(self, index: int, placement: np.ndarray):
-    """Measures one placement (cached per task)."""
-    key = _placement_key(placement)
-    cache = self._measure_cache[index]
-    if key in cache:
-      return cache[key]
-    result = self._run(index, placement)
-    self.measurements += 1
-    cache[key] = result
-    return result
+    return self._runs.measure(index, placement)
 
-  def _run(self, index: int, placement: np.ndarray):
-    """One uncached measurement on the target."""
-    from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
-    task = self._tasks[index]
-    started = time.perf_counter()
-    result = measure.measure(task.extracted, placement, self._target(),
-                             topology=task.topology,
-                             repeats=self._measure_repeats,
-                             warmup=self._measure_warmup,
-                             allow_side_effects=self._allow_side_effects)
-    self.measure_seconds += time.perf_counter() - started
-    return result
+  @property
+  def measurements(self) -> int:
+    """Distinct placements measured."""
+    return self._runs.measurements
 
-  def _target(self):
-    """The measure target; a cpu-workers:K string starts a cluster once."""
-    target = self._measure_target
-    if isinstance(target, str) and target.startswith(
-        topology_lib.CPU_WORKERS + ":"):
-      if self._cluster is None:
-        from tf_gdp.runtime import workers  # pylint: disable=g-import-not-at-top
-        count = target.partition(":")[2]
-        if not count.isdigit() or int(count) < 1:
-          raise errors.InputError(f"{target!r}: use cpu-workers:K")
-        self._cluster = workers.CpuWorkerCluster(int(count))
-        self._cluster.start()
-      return self._cluster
-    return target
+  @property
+  def confirmations(self) -> int:
+    """Repeated measurements of would-be bests."""
+    return self._runs.confirmations
+
+  @property
+  def measure_seconds(self) -> float:
+    return self._runs.seconds
 
   def close(self) -> None:
-    if self._cluster is not None:
-      self._cluster.stop()
-      self._cluster = None
+    self._runs.close()
 
   # ---- tf-agents PyEnvironment ----------------------------------------------
 
@@ -484,7 +451,3 @@ class PlacementEnv(py_environment.PyEnvironment):
     self._current = int(state["current"])
     self._rng.bit_generator.state = state["rng"]
 
-
-def _placement_key(placement: np.ndarray) -> bytes:
-  return hashlib.blake2b(np.ascontiguousarray(placement, np.int32).tobytes(),
-                         digest_size=16).digest()

@@ -78,7 +78,8 @@ class Evaluation:
     simulated_us: float64[B] simulated step time (NaN under `measure`).
     measured: bool[B] whether the row was measured.
     valid: bool[B].
-    placements: int32[B, num_nodes] device per op.
+    placements: int32[B, num_nodes] device per op, as executed (repaired).
+    group_devices: int32[B, num_groups] the executed action per group.
   """
   reward: np.ndarray
   step_time_us: np.ndarray
@@ -86,6 +87,7 @@ class Evaluation:
   measured: np.ndarray
   valid: np.ndarray
   placements: np.ndarray
+  group_devices: np.ndarray
 
 
 def placement_reward(step_time_us, valid, reference_us: float) -> np.ndarray:

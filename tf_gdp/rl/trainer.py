@@ -15,7 +15,8 @@ One iteration of `Trainer`:
      placement when `evaluate_greedy` (it only competes for the best
      placement, it is not trained on);
   3. price them all through the environment (`PlacementEnv.evaluate`: the
-     simulator by default, batched);
+     simulator by default, batched); a placement that breaks memory is
+     repaired there, and the repaired (executed) action is trained on;
   4. advantages: each row's reward minus the mean reward of its graph's
      samples, divided by their standard deviation (per graph, so that every
      graph weighs the same in a batch of very different graphs; floored at
@@ -285,6 +286,8 @@ class Trainer:
       if self.config.evaluate_greedy:
         batch = np.concatenate([batch, greedy[t][None]], axis=0)
       evaluation = self.env.evaluate(index, batch)
+      executed = evaluation.group_devices[:k]
+      actions[:, t, :executed.shape[1]] = executed
       rewards[t] = evaluation.reward[:k]
       if self.config.evaluate_greedy:
         greedy_ratios.append(float(np.exp(-evaluation.reward[k])))
@@ -483,8 +486,6 @@ class Trainer:
         if best is not None:
           tf.summary.scalar(f"best_step_time_ms/{identity.safe_name(task.name)}",
                             best.step_time_us / 1e3, step=step)
-
-
 
 
 def _duration(seconds: float) -> str:

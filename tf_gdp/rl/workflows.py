@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from tf_gdp import errors
 from tf_gdp import fileio
-from tf_gdp.cost import simulator
+from tf_gdp.baselines import repair
 from tf_gdp.graph import op_graph
 from tf_gdp.policy import features
 from tf_gdp.rl import environment
@@ -39,17 +39,21 @@ class ZeroShotResult:
 
   Attributes:
     placement: int32[num_nodes] device per op: the best by the simulator of
-      the greedy placement and the samples (valid ones first).
+      the greedy placement and the samples, each repaired to fit memory
+      (`baselines.repair`; valid ones first).
     step_time_us: its simulated step time.
     valid: whether it fits memory (constraints always hold).
     chosen: "greedy" or "sample".
     greedy_step_time_us: the greedy placement's step time.
     sample_step_times_us: float[K] the samples' step times.
-    group_devices: int32[num_groups] the chosen action.
+    group_devices: int32[num_groups] the chosen action (as executed, i.e.
+      after repair).
     seconds: wall-clock time (inputs, forward pass, sampling, simulation).
-    valid_step_times_us: float[1 + K] greedy then samples, in the order they
-      count as reward evaluations; inf where a placement does not fit
-      memory (search-cost curves start from it).
+    valid_step_times_us: float[1 + K] greedy then samples (repaired), in the
+      order they count as reward evaluations; inf where one still does not
+      fit memory (search-cost curves start from it).
+    evaluations: simulations made, the repair's included.
+    repaired: how many of the 1 + K placements the repair changed.
   """
   placement: np.ndarray
   step_time_us: float
@@ -60,6 +64,8 @@ class ZeroShotResult:
   group_devices: np.ndarray
   seconds: float
   valid_step_times_us: np.ndarray
+  evaluations: int = 0
+  repaired: int = 0
 
 
 def _as_task(item, topology=None) -> environment.PlacementTask:
@@ -171,8 +177,9 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
   """Places an unseen graph with one forward pass of `policy`.
 
   Greedy (argmax per group) and `samples` sampled placements are simulated
-  in one batch; the fastest valid one wins (the fastest overall if none fits
-  memory). Hard constraints hold by construction: the policy masks devices a
+  in one batch, each repaired to fit memory if it does not
+  (`baselines.repair`); the fastest valid one wins (the fastest overall if
+  none fits). Hard constraints hold by construction: the policy masks devices a
   group may not use, and groups are placed whole.
 
   Args:
@@ -224,17 +231,21 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
   actions = np.concatenate([greedy.numpy()[None], sampled.numpy()])
   placements = np.stack([features.group_to_node_placement(inputs, row)
                          for row in actions])
-  result = simulator.simulate_batch(task.graph, placements, task.topology)
-  step = result.step_time_us
-  candidates = np.flatnonzero(result.valid)
+  fixed = repair.repair_batch(task.graph, task.topology, placements)
+  step = np.array([f.step_time_us for f in fixed])
+  valid = np.array([f.valid for f in fixed])
+  candidates = np.flatnonzero(valid)
   if not candidates.size:
     candidates = np.arange(len(step))
   best = int(candidates[np.argmin(step[candidates])])
   return ZeroShotResult(
-      placement=placements[best].astype(np.int32),
-      step_time_us=float(step[best]), valid=bool(result.valid[best]),
+      placement=fixed[best].placement.astype(np.int32),
+      step_time_us=float(step[best]), valid=bool(valid[best]),
       chosen="greedy" if best == 0 else "sample",
       greedy_step_time_us=float(step[0]), sample_step_times_us=step[1:],
-      group_devices=actions[best, :inputs.num_groups].astype(np.int32),
+      group_devices=features.node_to_group_placement(
+          inputs, fixed[best].placement),
       seconds=time.perf_counter() - started,
-      valid_step_times_us=np.where(result.valid, step, np.inf))
+      valid_step_times_us=np.where(valid, step, np.inf),
+      evaluations=int(sum(f.evaluations for f in fixed)),
+      repaired=int(sum(f.changed for f in fixed)))

@@ -1,0 +1,293 @@
+"""Makes any method's placement valid, so that none is ever returned invalid.
+
+Every placement a method returns (a baseline, the policy's greedy or sampled
+placement, a PPO sample, a placement loaded from a file) goes through
+`repair` before it is used as a result or trained on. A valid placement is
+returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
+
+1. Hard constraints: a group split over devices goes whole to its first
+   member's device, and a group on a device its kinds or pins forbid goes
+   to the allowed device where it runs fastest.
+2. Memory, by the simulator's exact peak: the groups on each over-full
+   device leave it cheapest first, until the bytes they carry away
+   (persistent plus output bytes) cover the overflow plus a slack. The
+   cheapest group is the one with the least compute per byte moved. Each
+   goes to the allowed device with the most room left. The result is
+   simulated again. The slack doubles each round, because a moved group's
+   outputs may not be live at the device's peak.
+3. If that still does not fit, the repair starts over from a memory-first
+   fill: groups in topological order, each device filled up to its share of
+   the estimated need (`common.memory_model`), then step 2 again.
+4. Last, overflow descent from where step 3 ended: every
+   round simulates single-group moves off the over-full devices (all of
+   them on a small graph, the `CANDIDATES` cheapest otherwise) and keeps
+   the one that cuts the total overflow most, until it fits or no move
+   helps.
+5. A small problem, at most `EXHAUSTIVE` group placements in all, that
+   steps 2-4 leave invalid is solved exactly: every placement is simulated
+   and the fastest valid one kept.
+
+A placement the repair cannot make valid comes back with `valid=False` and
+the simulator's reason. Callers then fail with that reason: they never use
+it as a result. The simulations the repair makes are counted in
+`evaluations`.
+"""
+
+import dataclasses
+import itertools
+from typing import List, Optional
+
+import numpy as np
+
+from tf_gdp import errors
+from tf_gdp.baselines import common
+from tf_gdp.cost import simulator
+from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import op_graph
+
+ROUNDS = 8  # spill rounds from the given placement, and again from the fill
+SLACK = 0.05  # first round's extra bytes to free, as a share of the overflow
+CANDIDATES = 64  # single-group moves an overflow-descent round simulates
+EXHAUSTIVE = 4096  # group placements few enough to simulate them all
+
+
+@dataclasses.dataclass(frozen=True)
+class Repair:
+  """A placement after repair.
+
+  Attributes:
+    placement: int32[num_nodes] the repaired placement (the input if valid).
+    valid: whether it is valid now.
+    changed: whether the repair moved anything.
+    moved_groups: colocation groups on another device than before.
+    evaluations: simulations the repair made.
+    step_time_us: the simulated step time of `placement`.
+    reason: why `placement` is still invalid, or None.
+    original_reason: why the input was invalid, or None if it was valid.
+  """
+  placement: np.ndarray
+  valid: bool
+  changed: bool
+  moved_groups: int
+  evaluations: int
+  step_time_us: float
+  reason: Optional[str]
+  original_reason: Optional[str]
+
+  def summary(self) -> dict:
+    """What a report says about the repair (JSON-able)."""
+    return {"moved_groups": self.moved_groups, "valid": self.valid,
+            "evaluations": self.evaluations,
+            "original_reason": self.original_reason,
+            "step_time_us": self.step_time_us, "reason": self.reason}
+
+
+def repair(graph: op_graph.OpGraph, topology: topology_lib.Topology,
+           placement) -> Repair:
+  """`placement` (int[num_nodes]) made valid if the repair can; module doc."""
+  return repair_batch(graph, topology, np.asarray(placement)[None])[0]
+
+
+def repair_batch(graph: op_graph.OpGraph, topology: topology_lib.Topology,
+                 placements) -> List[Repair]:
+  """Repairs B placements (int[B, num_nodes]); invalid rows share batches."""
+  placements = np.asarray(placements)
+  if placements.ndim != 2 or placements.shape[1] != graph.num_nodes:
+    raise errors.InputError(
+        f"repair needs placements of shape [batch, {graph.num_nodes}], got "
+        f"{placements.shape}")
+  view = common.group_view(graph, topology)
+  first = view.members[view.member_ptr[:-1]]
+  original = np.clip(placements.astype(np.int64), 0, topology.num_devices - 1)
+  groups = _obey_constraints(view, original[:, first])
+  fixed = groups[:, view.group_of]
+  judged = simulator.simulate_batch(graph, fixed, topology)
+  evaluations = np.ones(len(placements), np.int64)
+  reasons = [None if ok else _reason(graph, row, topology)
+             for ok, row in zip(judged.valid, original)]
+  step = judged.step_time_us.astype(np.float64)
+  valid = judged.valid.copy()
+  peak = judged.peak_memory_bytes.copy()
+  pending = np.flatnonzero(~valid)
+  if pending.size:
+    work = _Spill(view, topology)
+    for start in ("given", "fill"):
+      if start == "fill":
+        groups[pending] = work.fill()
+        peak[pending], step[pending], valid[pending] = _judge(
+            graph, topology, view, groups[pending])
+        evaluations[pending] += 1
+        pending = pending[~valid[pending]]
+      for round_index in range(ROUNDS):
+        if not pending.size:
+          break
+        slack = SLACK * 2.0**round_index
+        groups[pending] = np.stack([work.spill(groups[b], peak[b], slack)
+                                    for b in pending])
+        peak[pending], step[pending], valid[pending] = _judge(
+            graph, topology, view, groups[pending])
+        evaluations[pending] += 1
+        pending = pending[~valid[pending]]
+      if not pending.size:
+        break
+    for b in pending:
+      groups[b], peak[b], step[b], valid[b], used = work.descend(
+          graph, groups[b], peak[b], step[b])
+      evaluations[b] += used
+    exact = _exhaustive(graph, topology, view) if not valid[pending].all() \
+        else None
+    for b in pending:
+      if not valid[b] and exact is not None:
+        groups[b], step[b], valid[b] = exact[0], exact[1], True
+        evaluations[b] += exact[2]
+  results = []
+  for b in range(len(placements)):
+    placement = groups[b][view.group_of].astype(np.int32)
+    moved = int((groups[b] != original[b, first]).sum())
+    changed = moved > 0 or not np.array_equal(placement, placements[b])
+    reason = None if valid[b] else _reason(graph, placement, topology)
+    results.append(Repair(
+        placement=placement, valid=bool(valid[b]), changed=changed,
+        moved_groups=moved, evaluations=int(evaluations[b]),
+        step_time_us=float(step[b]), reason=reason,
+        original_reason=reasons[b]))
+  return results
+
+
+def _obey_constraints(view: common.GroupView,
+                      group_devices: np.ndarray) -> np.ndarray:
+  """[B, G] device per group with every group on a device it may use."""
+  groups = np.arange(view.num_groups)
+  fastest = np.argmin(np.where(view.allowed, view.duration, np.inf), axis=1)
+  ok = view.allowed[groups[None, :], group_devices]
+  return np.where(ok, group_devices, fastest[None, :])
+
+
+def _judge(graph, topology, view, group_devices):
+  """(peak [B, d], step [B], valid [B]) of group placements, one batch."""
+  result = simulator.simulate_batch(graph, group_devices[:, view.group_of],
+                                    topology)
+  return (result.peak_memory_bytes, result.step_time_us.astype(np.float64),
+          result.valid)
+
+
+def _reason(graph, placement, topology) -> Optional[str]:
+  return simulator.simulate(graph, np.asarray(placement, np.int32),
+                            topology).reason
+
+
+def _exhaustive(graph, topology, view):
+  """(groups, step, evaluations) of the fastest valid placement of a small
+  problem (step 5), or None: too big, or none is valid."""
+  choices = [np.flatnonzero(view.allowed[g]) for g in range(view.num_groups)]
+  if np.prod([float(c.size) for c in choices]) > EXHAUSTIVE:
+    return None
+  every = np.array(list(itertools.product(*choices)), np.int64).reshape(
+      -1, view.num_groups)
+  judged = simulator.simulate_batch(graph, every[:, view.group_of], topology)
+  if not judged.valid.any():
+    return None
+  best = int(np.argmin(np.where(judged.valid, judged.step_time_us, np.inf)))
+  return every[best], float(judged.step_time_us[best]), len(every)
+
+
+def _overflow(peak, capacity):
+  """Bytes over capacity, summed over devices (per row of `peak`)."""
+  return np.maximum(np.asarray(peak, np.float64) - capacity, 0.0).sum(axis=-1)
+
+
+class _Spill:
+  """Moves of step 2 and the fill of step 3 over one graph's groups."""
+
+  def __init__(self, view: common.GroupView,
+               topology: topology_lib.Topology):
+    self.view = view
+    self.capacity = topology.memory_bytes.astype(np.float64)
+    self.carried = (view.persistent_bytes + view.activation_bytes).astype(
+        np.float64)
+    self.movable = view.allowed.sum(axis=1) > 1
+
+  def spill(self, group_devices: np.ndarray, peak: np.ndarray,
+            slack: float) -> np.ndarray:
+    """A copy of `group_devices` with groups moved off over-full devices."""
+    view = self.view
+    group_devices = group_devices.copy()
+    load = peak.astype(np.float64)
+    for j in np.argsort(self.capacity - load):  # most over-full first
+      excess = (load[j] - self.capacity[j]) * (1.0 + slack)
+      if excess <= 0:
+        continue
+      mine = np.flatnonzero((group_devices == j) & self.movable &
+                            (self.carried > 0))
+      cost = view.duration[mine, j] / self.carried[mine]
+      for g in mine[np.lexsort((view.rank[mine], cost))]:
+        if excess <= 0:
+          break
+        room = np.where(view.allowed[g], self.capacity - load, -np.inf)
+        room[j] = -np.inf
+        target = int(np.argmax(room))
+        if room[target] < self.carried[g]:
+          continue
+        group_devices[g] = target
+        load[j] -= self.carried[g]
+        load[target] += self.carried[g]
+        excess -= self.carried[g]
+    return group_devices
+
+  def descend(self, graph, group_devices, peak, step):
+    """(groups, peak, step, valid, evaluations) of step 4 (module doc)."""
+    view, topology = self.view, self.view.topology
+    current = _overflow(peak, self.capacity)
+    valid, used = False, 0
+    for _ in range(ROUNDS * 4):
+      over = np.flatnonzero(peak > self.capacity)
+      moves = [(g, j) for g in np.flatnonzero(np.isin(group_devices, over) &
+                                              self.movable)
+               for j in np.flatnonzero(view.allowed[g])
+               if j != group_devices[g]]
+      if not moves:
+        break
+      if len(moves) > CANDIDATES:
+        cost = [view.duration[g, group_devices[g]] / max(self.carried[g], 1.0)
+                for g, _ in moves]
+        moves = [moves[i] for i in np.argsort(cost, kind="stable")[
+            :CANDIDATES]]
+      candidates = np.repeat(group_devices[None], len(moves), axis=0)
+      for row, (g, j) in enumerate(moves):
+        candidates[row, g] = j
+      judged = simulator.simulate_batch(
+          graph, candidates[:, view.group_of], topology)
+      used += len(moves)
+      overflow = _overflow(judged.peak_memory_bytes, self.capacity)
+      pick = int(np.lexsort((judged.step_time_us, overflow))[0])
+      if overflow[pick] >= current:
+        break
+      group_devices, peak = candidates[pick], judged.peak_memory_bytes[pick]
+      current, step = overflow[pick], float(judged.step_time_us[pick])
+      valid = bool(judged.valid[pick])
+      if valid:
+        break
+    return group_devices, peak, step, valid, used
+
+  def fill(self) -> np.ndarray:
+    """int64[G]: groups in topological order, devices filled by share."""
+    view = self.view
+    try:
+      model = common.memory_model(view)
+    except errors.InputError:  # the estimate says no fit: fill by capacity
+      model = common.MemoryModel(
+          need=self.carried, budget=self.capacity, activation_fraction=1.0,
+          headroom=1.0)
+    share = model.budget * min(1.0, model.need.sum() / model.budget.sum())
+    used = np.zeros(view.num_devices, np.float64)
+    group_devices = np.zeros(view.num_groups, np.int64)
+    current = int(view.primary[0])
+    for g in view.order:
+      if used[current] + model.need[g] > share[current]:
+        left = share - used
+        left[~view.allowed[g]] = -np.inf
+        current = int(np.argmax(left))
+      j = current if view.allowed[g, current] else view.fastest_allowed(g)
+      group_devices[g] = j
+      used[j] += model.need[g]
+    return group_devices

@@ -1,0 +1,95 @@
+"""The `gdp` method: the learned policy's placement, zero-shot or fine-tuned.
+
+Zero-shot is one forward pass of the policy: the greedy placement plus a
+handful of samples, each repaired to fit memory, judged by the simulator.
+With a budget the policy is then fine-tuned on this graph (PPO on the
+executed, repaired placements) and the better of the two is kept; both
+are the policy's own placements.
+"""
+
+import os
+import time
+from typing import Optional
+
+import numpy as np
+
+from tf_gdp import errors
+from tf_gdp.cost import ensemble
+
+# The policy that ships with the package (`make pretrain` reproduces it).
+PRETRAINED_POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                 "pretrained", "policy")
+
+
+def check_policy(policy: Optional[str] = None) -> str:
+  """The policy directory `gdp` would use (None: the shipped one), checked.
+
+  Raises InputError when it is missing or not a loadable saved policy, so
+  that a batch fails once, before its first graph, not once per graph.
+  """
+  from tf_gdp.rl import policy_io  # pylint: disable=g-import-not-at-top
+  policy_path = policy or PRETRAINED_POLICY
+  if not os.path.isdir(policy_path):
+    raise errors.InputError(
+        f"no policy at {policy_path}: pass a saved policy directory, or run "
+        "`make pretrain` to build the shipped one")
+  policy_io.load_policy(policy_path)  # config and weights present, readable
+  return policy_path
+
+
+def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
+          policy=None, samples=16, seed=0, extracted=None, log=None,
+          robust_members=0):
+  """(placement, seconds, evaluations, details) from the learned policy.
+
+  With a budget (seconds, evaluations, or both: the first reached ends it)
+  the zero-shot placement is fine-tuned on this graph. With
+  `robust_members`, fine-tuning's objective is the median step time
+  over that many perturbed cost models, and so is the choice between the
+  zero-shot and the fine-tuned placement.
+  """
+  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
+  policy_path = check_policy(policy)
+  started = time.perf_counter()
+  task = environment.PlacementTask(graph, topology, extracted=extracted,
+                                   name=graph.name)
+  shot = workflows.zeroshot(policy_path, task, samples=samples, seed=seed)
+  placement = shot.placement
+  details = {"mode": "zero-shot", "policy": policy_path,
+             "zero_shot_step_time_us": shot.step_time_us,
+             "zero_shot_chosen": shot.chosen,
+             "greedy_step_time_us": shot.greedy_step_time_us,
+             "zero_shot_seconds": shot.seconds,
+             # Of the 1 + samples placements, how many the repair changed.
+             "zero_shot_repaired": shot.repaired}
+  evaluations = shot.evaluations
+  if budget_seconds > 0 or budget_evaluations:
+    config = train_config.TrainConfig(
+        graphs_per_iteration=1, samples_per_graph=max(samples, 2), seed=seed,
+        log_every_seconds=30.0, checkpoint_every_seconds=1e9,
+        robust_objective=robust_members > 0,
+        robust_members=robust_members or ensemble.DEFAULT_MEMBERS)
+    tuned = workflows.finetune(
+        policy_path, task, budget=train_config.Budget(
+            seconds=budget_seconds or None,
+            evaluations=budget_evaluations or None),
+        config=config, log=log or (lambda line: None))
+    best = tuned.best[task.name]
+    evaluations += tuned.evaluations
+    details.update(mode="fine-tune", finetune_iterations=tuned.iterations,
+                   finetune_seconds=tuned.seconds,
+                   finetune_step_time_us=(best.step_time_us if best else None))
+    tuned_us, shot_us = (best.step_time_us if best else None,
+                         shot.step_time_us)
+    if best is not None and robust_members:
+      details.update(finetune_objective="ensemble_median")
+      objective = ensemble.Ensemble(graph, topology, members=robust_members,
+                                    seed=ensemble.OBJECTIVE_SEED)
+      tuned_us, shot_us = np.median(objective.step_times(
+          np.stack([best.placement, shot.placement])), axis=0)
+    if best is not None and (tuned_us < shot_us or not shot.valid):
+      placement = best.placement
+  return (np.asarray(placement, np.int32), time.perf_counter() - started,
+          evaluations, details)
