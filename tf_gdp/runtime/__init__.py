@@ -1,4 +1,4 @@
-"""Running placed graphs on real devices: measurement, CPU worker clusters, calibration."""
+"""Running placed graphs on real devices: measurement, allocator statistics, CPU worker clusters, calibration."""
 
 from grappler_bridge import package_api as _package_api
 
@@ -6,5 +6,5 @@ __all__ = []
 
 _package_api.install(
     globals(),
-    modules=("calibrate", "confirmation", "measure", "profiled_costs",
-             "workers"))
+    modules=("allocator_stats", "calibrate", "confirmation", "measure",
+             "profiled_costs", "workers"))
