@@ -145,8 +145,9 @@ def test_memory_check_rows_take_the_median_round_and_its_range():
   device = "/job:worker/replica:0/task:0/device:CPU:0"
 
   def round_with(peak, floor):
-    return allocator_stats.MemoryMeasurement({device: allocator_stats.DeviceMemory(
-        device, "bfc", peak, floor, (peak,), 10)})
+    return allocator_stats.MemoryMeasurement({
+        device: allocator_stats.DeviceMemory(device, "bfc", peak, floor,
+                                             (peak,), 10)})
 
   rounds = [round_with(100 * _MIB, 40 * _MIB), round_with(80 * _MIB, 40 * _MIB),
             round_with(90 * _MIB, 40 * _MIB),

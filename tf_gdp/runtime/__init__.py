@@ -1,4 +1,8 @@
-"""Running placed graphs on real devices: measurement, allocator statistics, CPU worker clusters, calibration."""
+"""Running placed graphs on real devices.
+
+Step times (`measure`), peak memory by TF's allocator (`allocator_stats`),
+CPU worker clusters (`workers`), calibration, profiles and confirmation.
+"""
 
 from grappler_bridge import package_api as _package_api
 
