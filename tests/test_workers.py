@@ -173,6 +173,29 @@ def test_bad_worker_count_is_input_error():
     workers.CpuWorkerCluster(True)
 
 
+def test_workers_get_the_clusters_environment(monkeypatch, tmp_path):
+  started = []
+
+  class FakeProcess:
+    pid = 1
+
+    def __init__(self, command, **kwargs):
+      started.append((command, kwargs["env"]))
+
+  monkeypatch.setattr(workers.subprocess, "Popen", FakeProcess)
+  cluster = workers.CpuWorkerCluster(1, pin=False, log_dir=str(tmp_path),
+                                     env={"TF_CPU_ALLOCATOR_USE_BFC": "1",
+                                          "OMP_NUM_THREADS": "4"})
+  cluster._log_dir = str(tmp_path)  # pylint: disable=protected-access
+  cluster.cluster_spec = {workers.JOB: ["localhost:1"]}
+  cluster._spawn(0)  # pylint: disable=protected-access
+  (command, env), = started
+  assert "tf_gdp.runtime.workers" in command
+  assert env["TF_CPU_ALLOCATOR_USE_BFC"] == "1"
+  assert env["OMP_NUM_THREADS"] == "1"  # one core per worker, whatever asked
+  assert env["PATH"] == os.environ["PATH"]
+
+
 def test_worker_killed_mid_measurement_is_restarted_and_retried(monkeypatch):
   extracted = _tiny_step()
   with workers.CpuWorkerCluster(1) as cluster:

@@ -1,4 +1,8 @@
-"""Running placed graphs on real devices: measurement, CPU worker clusters, calibration."""
+"""Running placed graphs on real devices.
+
+Step times (`measure`), peak memory by TF's allocator (`allocator_stats`),
+CPU worker clusters (`workers`), calibration, profiles and confirmation.
+"""
 
 from grappler_bridge import package_api as _package_api
 
@@ -6,5 +10,5 @@ __all__ = []
 
 _package_api.install(
     globals(),
-    modules=("calibrate", "confirmation", "measure", "profiled_costs",
-             "workers"))
+    modules=("allocator_stats", "calibrate", "confirmation", "measure",
+             "profiled_costs", "workers"))

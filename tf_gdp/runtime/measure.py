@@ -4,7 +4,9 @@ The simulator is a model; this is the judge. `measure` writes a placement
 into the flat graph's device fields (`rewrite.apply_placement`, which rejects
 illegal placements), runs the step in a TF1 `Session` on a target and times
 it: `warmup` unmeasured steps, then the median wall-clock time of `repeats`
-calls of `session.run(fetches)` (`placed_session`).
+calls of `session.run(fetches)` (`placed_session`). `run_placed` is the
+same preparation around any other use of the placed step (e.g. traced steps
+that read the allocator's statistics, `allocator_stats`).
 
 Targets (opened by `targets`):
   * "local": this process. Attached GPUs when there are any, otherwise CPU
@@ -51,7 +53,7 @@ device the target does not have, an illegal placement) comes back as
 import dataclasses
 import math
 import statistics
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from grappler_bridge import tf_env
 
@@ -146,7 +148,67 @@ def measure(extracted: extract.ExtractedGraph,
       unknown target, non-positive repeats...), or a graph with ops that
       reach outside the step without `allow_side_effects`.
   """
-  _check_counts(warmup, repeats, timeout_s)
+  check_counts(warmup, repeats, timeout_s)
+  outcome = run_placed(
+      extracted, placement, target,
+      lambda runner, opened: runner.steps(warmup, repeats),
+      topology=topology, example_args=example_args, timeout_s=timeout_s,
+      graph_rewrites=graph_rewrites, retries=retries,
+      allow_side_effects=allow_side_effects)
+  if outcome.reason is not None:
+    return invalid(outcome.reason, outcome.target, outcome.attempts)
+  times = outcome.value
+  return Measurement(step_time_us=float(statistics.median(times)),
+                     times_us=tuple(times), valid=True, target=outcome.target,
+                     attempts=outcome.attempts)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacedRun:
+  """What `run_placed` gives back.
+
+  Attributes:
+    value: what the body returned (None when it did not run to the end).
+    reason: why it did not (one line), else None.
+    target: the target's label.
+    attempts: runs it took (more than 1 after a worker died).
+  """
+  value: Any = None
+  reason: Optional[str] = None
+  target: str = ""
+  attempts: int = 1
+
+
+def run_placed(extracted: extract.ExtractedGraph,
+               placement,
+               target,
+               body: Callable[[placed_session.Runner, targets.OpenTarget],
+                              Any],
+               *,
+               topology: Optional[Any] = None,
+               example_args: Sequence[Any] = (),
+               timeout_s: float = placed_session.DEFAULT_TIMEOUT_S,
+               graph_rewrites: bool = False,
+               retries: int = DEFAULT_RETRIES,
+               allow_side_effects: bool = False,
+               worker_env: Optional[Mapping[str, str]] = None) -> PlacedRun:
+  """Calls `body(runner, opened)` with the placed step loaded on `target`.
+
+  What `measure` does around its timing, for any body (timed steps, traced
+  steps): the placement is written into the graph, the target opened, the
+  session prepared (`placed_session`); a run that failed because a worker
+  died is repeated up to `retries` times. Arguments are `measure`'s, and
+  `worker_env` is the environment of the workers of a "cpu-workers:K"
+  target (`targets.opened`).
+
+  Returns:
+    A PlacedRun: the body's value, or the reason it could not run (an
+    illegal placement, an OOM, a failed kernel, a timeout, a dead worker).
+
+  Raises:
+    InputError: as for `measure`.
+  """
+  _check_timeout(timeout_s)
   if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
     raise errors.InputError(f"retries must be an integer >= 0, got {retries!r}")
   if not isinstance(extracted, extract.ExtractedGraph):
@@ -160,20 +222,19 @@ def measure(extracted: extract.ExtractedGraph,
   try:
     placed = rewrite.apply_placement(extracted.graph_def, devices)
   except errors.PlacementError as e:
-    return invalid(f"illegal placement: {e}", label)
+    return PlacedRun(reason=f"illegal placement: {e}", target=label)
   try:
-    with targets.opened(target) as opened:
-      return _timed_runs(extracted, placed, feeds, opened, warmup=warmup,
-                         repeats=repeats, timeout_s=timeout_s,
-                         graph_rewrites=graph_rewrites, retries=retries)
+    with targets.opened(target, worker_env=worker_env) as opened:
+      return _runs(extracted, placed, feeds, opened, body,
+                   timeout_s=timeout_s, graph_rewrites=graph_rewrites,
+                   retries=retries)
   except targets.TargetUnavailable as e:
-    return invalid(str(e), label)
+    return PlacedRun(reason=str(e), target=label)
 
 
-def _timed_runs(extracted, placed, feeds, opened: targets.OpenTarget, *,
-                warmup: int, repeats: int, timeout_s: float,
-                graph_rewrites: bool, retries: int) -> Measurement:
-  """Runs and times the placed step, retrying after a worker died."""
+def _runs(extracted, placed, feeds, opened: targets.OpenTarget, body, *,
+          timeout_s: float, graph_rewrites: bool, retries: int) -> PlacedRun:
+  """Runs the body on the placed step, retrying after a worker died."""
   label = opened.label
   attempts = 0
   while True:
@@ -182,13 +243,13 @@ def _timed_runs(extracted, placed, feeds, opened: targets.OpenTarget, *,
     try:
       with placed_session.placed_session(extracted, placed, feeds, opened,
                                          timeout_s, graph_rewrites) as run:
-        times = run.steps(warmup, repeats)
+        value = body(run, opened)
       break
     except placed_session.WorkerLost as e:
       reason, worker_error = str(e), True
     except placed_session.Hung as e:
       targets.free_hung_workers(opened)
-      return invalid(str(e), label, attempts)
+      return PlacedRun(reason=str(e), target=label, attempts=attempts)
     except placed_session.Invalid as e:
       reason = str(e)
     except (tf.errors.OpError, ValueError, TypeError, RuntimeError) as e:
@@ -197,10 +258,8 @@ def _timed_runs(extracted, placed, feeds, opened: targets.OpenTarget, *,
                                     tf.errors.AbortedError))
     if attempts > retries or not targets.restart_dead_workers(opened,
                                                               worker_error):
-      return invalid(reason, label, attempts)
-  return Measurement(step_time_us=float(statistics.median(times)),
-                     times_us=tuple(times), valid=True, target=label,
-                     attempts=attempts)
+      return PlacedRun(reason=reason, target=label, attempts=attempts)
+  return PlacedRun(value=value, target=label, attempts=attempts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,7 +319,7 @@ def profile(extracted: extract.ExtractedGraph,
       without `allow_side_effects`.
     RuntimeError: the graph did not run (the reason is in the message).
   """
-  _check_counts(warmup, repeats, timeout_s)
+  check_counts(warmup, repeats, timeout_s)
   side_effects.check(extracted.graph_def,
                      allow_side_effects=allow_side_effects)
   feeds = _arg_feeds(extracted, example_args)
@@ -294,11 +353,16 @@ def profile(extracted: extract.ExtractedGraph,
 # ---- arguments ---------------------------------------------------------------
 
 
-def _check_counts(warmup, repeats, timeout_s) -> None:
+def check_counts(warmup, repeats, timeout_s) -> None:
+  """InputError unless warmup >= 0, repeats >= 1 and timeout_s > 0."""
   if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
     raise errors.InputError(f"warmup must be an integer >= 0, got {warmup!r}")
   if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
     raise errors.InputError(f"repeats must be an integer >= 1, got {repeats!r}")
+  _check_timeout(timeout_s)
+
+
+def _check_timeout(timeout_s) -> None:
   if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
     raise errors.InputError(f"timeout_s must be > 0, got {timeout_s!r}")
 

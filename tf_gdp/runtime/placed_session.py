@@ -170,13 +170,18 @@ class Runner:
             for _ in range(repeats)]
 
   def traced_step(self) -> Dict[str, float]:
+    """Node name -> microseconds of one traced step."""
+    return profiling.node_micros(self.traced_metadata())
+
+  def traced_metadata(self) -> config_pb2.RunMetadata:
+    """The RunMetadata of one step run with FULL_TRACE (step stats)."""
     options = config_pb2.RunOptions()
     options.CopyFrom(self.options)
     options.trace_level = config_pb2.RunOptions.FULL_TRACE
     metadata = config_pb2.RunMetadata()
     self.run(self._targets, self._feeds, "the traced step", options=options,
              run_metadata=metadata)
-    return profiling.node_micros(metadata)
+    return metadata
 
 
 @contextlib.contextmanager
@@ -196,7 +201,7 @@ def placed_session(extracted, placed_graph_def, arg_feeds,
   except errors.InputError as e:
     raise Invalid(str(e)) from e
   used = sorted({n.device for n in runnable.graph_def.node if n.device})
-  cpu_devices = _local_cpu_count(used) if opened.local else None
+  cpu_devices = local_cpu_count(used) if opened.local else None
   step = runnable.imported(extracted.fetches)
   config = session_config(timeout_s=timeout_s, graph_rewrites=graph_rewrites,
                           cpu_devices=cpu_devices)
@@ -233,7 +238,8 @@ def _close_after(thread: threading.Thread, session) -> None:
     session.close()
 
 
-def _local_cpu_count(devices: Sequence[str]) -> int:
+def local_cpu_count(devices: Sequence[str]) -> int:
+  """CPU devices a local session needs so that every one of `devices` exists."""
   count = 1
   for device in devices:
     spec = tf.DeviceSpec.from_string(device)

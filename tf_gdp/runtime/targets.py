@@ -11,7 +11,7 @@ stuck step. This module imports no TensorFlow.
 import contextlib
 import dataclasses
 import time
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional
 
 from tf_gdp import errors
 from tf_gdp.cost import topology as topology_lib
@@ -56,8 +56,12 @@ def target_label(target) -> str:
 
 
 @contextlib.contextmanager
-def opened(target) -> Iterator[OpenTarget]:
+def opened(target, *, worker_env: Optional[Mapping[str, str]] = None
+          ) -> Iterator[OpenTarget]:
   """Yields the OpenTarget of `target`; a cpu-workers:K cluster lives as long.
+
+  `worker_env`: environment variables for the workers of a cluster started
+  here (a "cpu-workers:K" target).
 
   Raises:
     TargetUnavailable: the workers cannot be started or are dead (its
@@ -86,7 +90,7 @@ def opened(target) -> Iterator[OpenTarget]:
       raise errors.InputError(
           f"{target!r}: use cpu-workers:K with 1 <= K <= 64")
     try:
-      cluster = workers.CpuWorkerCluster(int(count))
+      cluster = workers.CpuWorkerCluster(int(count), env=worker_env)
       cluster.start()
     except workers.WorkerError as e:
       raise TargetUnavailable(f"cannot start workers: {e}") from e

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import List, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from tf_gdp import errors
 
@@ -80,13 +80,15 @@ class CpuWorkerCluster:
     target: the gRPC session target of task 0 ("grpc://localhost:port").
     device_names: the CPU device of each task, in task order.
     cores: the core each task is pinned to (None when pinning is off).
+    env: environment variables the workers get on top of this process's.
   """
 
   def __init__(self, num_workers: int, *,
                start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
                max_restarts: int = 3, pin: bool = True,
                python: Optional[str] = None,
-               log_dir: Optional[str] = None):
+               log_dir: Optional[str] = None,
+               env: Optional[Mapping[str, str]] = None):
     """Configures (does not start) the cluster.
 
     Args:
@@ -97,6 +99,9 @@ class CpuWorkerCluster:
       python: the interpreter for the workers (default: this one).
       log_dir: where workers' stderr goes (default: a temp dir, removed on
         stop).
+      env: environment variables set for the workers on top of this
+        process's (e.g. `allocator_stats.COUNTING_ENV`, read when their
+        TensorFlow starts).
     """
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or (
         num_workers < 1):
@@ -116,6 +121,7 @@ class CpuWorkerCluster:
     self.restarts = [0] * num_workers
     self._procs: List[Optional[subprocess.Popen]] = [None] * num_workers
     self._user_log_dir = log_dir
+    self.env = dict(env or {})
     self._log_dir = None
     self._pdeathsig = False
     self._atexit = None
@@ -250,6 +256,7 @@ class CpuWorkerCluster:
       else:
         command.append(f"--cpu={core}")
     env = dict(os.environ)
+    env.update(self.env)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env["OMP_NUM_THREADS"] = "1"
     # The worker runs this very tf_gdp, whatever the working directory or
