@@ -167,7 +167,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   if robust_objective:
     check_robust_objective(method, budget_seconds, robust_members)
   feasibility.check_feasible(graph, topology)  # InfeasibleError with numbers
-  priority = None
+  priority = found_none = None
   if method == AUTO:
     chosen = auto_method.place(
         graph, topology, budget_seconds=budget_seconds,

@@ -270,7 +270,11 @@ class _Spill:
     return group_devices, peak, step, valid, used
 
   def fill(self) -> np.ndarray:
-    """int64[G]: groups in topological order, devices filled by share."""
+    """int64[G]: groups in topological order, devices filled by share.
+
+    The primary devices (`GroupView.primary`, the GPUs of a GPU box) share
+    the estimated need first; only what they cannot hold goes to the others.
+    """
     view = self.view
     try:
       model = common.memory_model(view)
@@ -278,7 +282,15 @@ class _Spill:
       model = common.MemoryModel(
           need=self.carried, budget=self.capacity, activation_fraction=1.0,
           headroom=1.0)
-    share = model.budget * min(1.0, model.need.sum() / model.budget.sum())
+    primary = np.zeros(view.num_devices, bool)
+    primary[view.primary] = True
+    need, room = model.need.sum(), model.budget[primary].sum()
+    share = np.where(primary, model.budget * min(1.0, need / max(room, 1.0)),
+                     0.0)
+    if need > room:  # the rest over the other devices, by their budget
+      others = model.budget[~primary].sum()
+      share[~primary] = model.budget[~primary] * min(
+          1.0, (need - room) / max(others, 1.0))
     used = np.zeros(view.num_devices, np.float64)
     group_devices = np.zeros(view.num_groups, np.int64)
     current = int(view.primary[0])

@@ -1,7 +1,8 @@
 """Benchmark scripts: each prints a table and writes JSON.
 
 Run one with `python -m tf_gdp.bench.<name>`: placement quality of the
-baselines and GDP and its robustness to cost-model error, GDP on real step
+baselines and GDP and its robustness to cost-model error, GDP against local
+search and HDP at equal evaluation budgets, GDP on real step
 times, the simulator's speed and its agreement with Grappler and with
 measured step and transfer times, and the speed of training iterations and
 policy forward passes. Their results and the

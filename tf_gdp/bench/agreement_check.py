@@ -44,12 +44,9 @@ from scipy import stats
 from tf_gdp import fileio
 from tf_gdp.bench import agreement_methods
 from tf_gdp.bench import agreement_placements
-from tf_gdp.bench import keras_app_graphs
-from tf_gdp.bench import real_graphs
+from tf_gdp.bench import bench_graphs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.runtime import calibrate_runtime
-
-_BUILDERS = {**real_graphs.BUILDERS, **keras_app_graphs.BUILDERS}
 
 _DEVICES = "cpu-workers:2"
 
@@ -78,15 +75,12 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
               methods=agreement_methods.DEFAULT_METHODS,
               gdp_budget_seconds: float = 60.0, log=print) -> dict:
   """All placements of one graph: predictions and measurements."""
-  from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
   from tf_gdp.cost import simulator  # pylint: disable=g-import-not-at-top
-  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
 
-  extracted = extract.from_function(_BUILDERS[name]())
-  roofline_graph = graph_specs.op_graph_from_extracted(
-      extracted, name=name, devices=_DEVICES)
+  loaded = bench_graphs.BuiltGraph(name).load(_DEVICES)
+  extracted, roofline_graph = loaded.extracted, loaded.graph
   variants = {"roofline": roofline_graph}
   profile_info = None
   if profiled:
@@ -266,10 +260,10 @@ def format_table(result: dict) -> str:
 
 def main(argv):
   del argv
-  unknown = sorted(set(_GRAPHS.value) - set(_BUILDERS))
+  unknown = sorted(set(_GRAPHS.value) - set(bench_graphs.BUILDERS))
   if unknown:
     sys.exit(f"error: unknown graph(s) {unknown}; known: "
-             f"{sorted(_BUILDERS)}")
+             f"{sorted(bench_graphs.BUILDERS)}")
   result = run(_GRAPHS.value, repeats=_REPEATS.value, warmup=_WARMUP.value,
                rounds=_ROUNDS.value, aggregate=_AGGREGATE.value,
                num_random=_RANDOM.value,

@@ -3,14 +3,17 @@
 For each graph: the classic baselines, the HDP-style baseline with an
 evaluation budget (its best-so-far curve kept), GDP zero-shot (one forward
 pass of the pre-trained policy, greedy + samples judged by the simulator),
-GDP fine-tuned for a fixed time (its best-so-far curve kept; the reported
-placement is the better of zero-shot and fine-tuning, both the policy's own),
-and optionally zero-shot ablation policies (no attention, no superposition).
+GDP fine-tuned for a fixed time or number of evaluations (its best-so-far
+curve kept; the reported placement is the better of zero-shot and
+fine-tuning, both the policy's own; `gdp_search`), and optionally zero-shot
+ablation policies (no attention, no superposition).
 The classic baselines include `stage_pipeline`, the stage rules' own
 placements that pipeline exploration leans towards: the summary counts the
 graphs where GDP is at or below it, among those where a rule applies.
+Every row has the method's simulator evaluations and wall-clock seconds.
 Search cost: the reward evaluations GDP needed to reach HDP's final step time
-against the evaluations HDP used to get there.
+against the evaluations HDP used to get there. The same evaluation budget for
+GDP, HDP and a local search: `budget_check`.
 
 Example (the held-out graphs of the shipped policy):
   python -m tf_gdp.bench.gdp_eval --graphs=gnmt8,transformer_xl4,wavenet4 \
@@ -25,38 +28,46 @@ from typing import Dict, Optional
 from absl import app
 from absl import flags
 
-from tf_gdp import graph_specs
 from tf_gdp import gdp_method
-from tf_gdp import placing
 from tf_gdp.baselines import stage_pipeline
+from tf_gdp.bench import bench_graphs
 from tf_gdp.bench import harness
-from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 
 
 def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
-                   finetune_seconds: float, hdp_budget: int, samples: int,
-                   seed: int, ablations: Optional[Dict[str, str]] = None,
+                   finetune_seconds: Optional[float], hdp_budget: int,
+                   samples: int, seed: int,
+                   ablations: Optional[Dict[str, str]] = None,
+                   finetune_evaluations: Optional[int] = None,
                    log=harness.stderr_progress) -> dict:
-  """All methods on one graph; rows plus the two search curves."""
+  """All methods on one graph; rows plus the two search curves.
+
+  GDP fine-tunes for `finetune_seconds` or for `finetune_evaluations`
+  (`gdp_search.finetune_budget`; InputError if both are given).
+  """
   from tf_gdp.baselines import hdp  # pylint: disable=g-import-not-at-top
+  from tf_gdp.bench import gdp_search  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
   graph = loaded.graph
   topology = topology_lib.get(devices)
+  gdp_search.finetune_budget(gdp_search.train_settings(samples, seed),
+                             seconds=finetune_seconds,
+                             evaluations=finetune_evaluations)  # fail fast
   rows = []
   for r in harness.bench_graph(loaded, label, devices,
                                harness.CLASSIC_METHODS, seed=seed,
                                progress=log):
-    rows.append(_row(r.method, r.step_time_us, r.valid, r.search_seconds, None))
+    rows.append(_row(r.method, r.step_time_us, r.valid, r.search_seconds,
+                     r.evaluations))
     if r.planned_valid is not None:  # a list scheduler, judged as planned too
       rows.append(_row(f"{r.method}:planned", r.step_time_planned_us,
-                       r.planned_valid, r.search_seconds, None))
+                       r.planned_valid, r.search_seconds, r.evaluations))
   found = hdp.search(graph, topology, seed=seed, budget=hdp_budget)
-  rows.append(_row("hdp", *_judge(graph, found.placement, topology),
+  rows.append(_row("hdp", *harness.judge(graph, found.placement, topology),
                    found.seconds, found.evaluations))
-  hdp_curve = [[e, t] for e, t in found.history if math.isfinite(t)]
+  hdp_curve = harness.finite_curve(found.history)
   log(f"  {label} / hdp: {rows[-1]['step_time_us'] / 1e3:,.1f} ms "
       f"({found.evaluations} evaluations, {found.seconds:.0f} s)")
 
@@ -64,46 +75,27 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
                                    name=label)
   shot = workflows.zeroshot(policy, task, samples=samples, seed=seed)
   shot_evaluations = 1 + samples
-  rows.append(_row("gdp_zeroshot", *_judge(graph, shot.placement, topology),
+  rows.append(_row("gdp_zeroshot", *harness.judge(graph, shot.placement,
+                                                  topology),
                    shot.seconds, shot_evaluations))
   log(f"  {label} / gdp zero-shot: {shot.step_time_us / 1e3:,.1f} ms "
       f"({shot.seconds:.1f} s)")
   for name, path in (ablations or {}).items():
     ablated = workflows.zeroshot(path, task, samples=samples, seed=seed)
     rows.append(_row(f"gdp_zeroshot[{name}]",
-                     *_judge(graph, ablated.placement, topology),
+                     *harness.judge(graph, ablated.placement, topology),
                      ablated.seconds, shot_evaluations))
 
-  # One point per zero-shot evaluation (greedy first, then the samples), so
-  # the search cost counts the evaluation that first got there.
-  gdp_curve = []
-  for count, value in enumerate(shot.valid_step_times_us, start=1):
-    gdp_curve.append([count, min(float(value), gdp_curve[-1][1])
-                      if gdp_curve else float(value)])
-  best_placement, best_us = shot.placement, gdp_curve[-1][1]
-  tune_seconds = tune_evaluations = 0
-  if finetune_seconds > 0:
-    config = train_config.TrainConfig(
-        graphs_per_iteration=1, samples_per_graph=samples, seed=seed,
-        log_every_seconds=60.0, checkpoint_every_seconds=1e9)
-    tuned = workflows.finetune(
-        policy, task, budget=train_config.Budget(seconds=finetune_seconds),
-        config=config, log=lambda line: log(f"  {label}: {line}"))
-    reference = tuned.references[label].step_time_us
-    for stats in tuned.history:
-      value = stats["best_ratio"] * reference
-      gdp_curve.append([shot_evaluations + stats["evaluations"],
-                        min(gdp_curve[-1][1], value if math.isfinite(value)
-                            else math.inf)])
-    best = tuned.best[label]
-    if best is not None and best.step_time_us < best_us:
-      best_placement, best_us = best.placement, best.step_time_us
-    tune_seconds, tune_evaluations = tuned.seconds, tuned.evaluations
-  rows.append(_row("gdp", *_judge(graph, best_placement, topology),
-                   shot.seconds + tune_seconds,
-                   shot_evaluations + tune_evaluations))
+  tuned = gdp_search.run(policy, task, samples=samples, seed=seed,
+                         finetune_seconds=finetune_seconds,
+                         finetune_evaluations=finetune_evaluations, shot=shot,
+                         log=log)
+  gdp_curve = tuned.curve
+  rows.append(_row("gdp", *harness.judge(graph, tuned.placement, topology),
+                   shot.seconds + tuned.finetune_seconds, tuned.evaluations))
   log(f"  {label} / gdp fine-tuned: {rows[-1]['step_time_us'] / 1e3:,.1f} ms "
-      f"({tune_evaluations} evaluations, {tune_seconds:.0f} s)")
+      f"({tuned.finetune_evaluations} evaluations, "
+      f"{tuned.finetune_seconds:.0f} s)")
   _add_ratios(rows)
   hdp_final = next(r["step_time_us"] for r in rows if r["method"] == "hdp")
   return {
@@ -116,10 +108,7 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   }
 
 
-def _judge(graph, placement, topology):
-  sim = simulator.simulate(graph, placement, topology)
-  return sim.step_time_us, bool(sim.valid)
-
+DEFAULT_FINETUNE_SECONDS = 300.0
 
 # The stage rules' own placements (the best rule by the simulator) are what
 # pipeline exploration leans towards: the summary shows what the policy adds
@@ -240,15 +229,20 @@ def main(argv):
   ablations = dict(item.split("=", 1) for item in _ABLATIONS.value if item)
   started = time.time()
   results = []
-  for source in graph_specs.parse(_GRAPHS.value):
+  finetune_seconds = _FINETUNE.value
+  if finetune_seconds is None and _FINETUNE_EVALUATIONS.value is None:
+    finetune_seconds = DEFAULT_FINETUNE_SECONDS
+  for source in bench_graphs.parse(_GRAPHS.value):
     harness.stderr_progress(f"{source.label} (elapsed "
                             f"{time.time() - started:.0f} s)")
     loaded = source.load(_DEVICES.value)
     results.append(evaluate_graph(
         loaded, source.label, _DEVICES.value,
         policy=_POLICY.value or gdp_method.PRETRAINED_POLICY,
-        finetune_seconds=_FINETUNE.value, hdp_budget=_HDP_BUDGET.value,
-        samples=_SAMPLES.value, seed=_SEED.value, ablations=ablations))
+        finetune_seconds=finetune_seconds,
+        finetune_evaluations=_FINETUNE_EVALUATIONS.value,
+        hdp_budget=_HDP_BUDGET.value, samples=_SAMPLES.value, seed=_SEED.value,
+        ablations=ablations))
   print(format_table(results))
   harness.finish_run("gdp_eval", {"graphs": results,
                                   "summary": quality_summary(results)},
@@ -258,13 +252,20 @@ def main(argv):
 if __name__ == "__main__":
   # Flags only here, so other modules may import this one's functions.
   _GRAPHS = flags.DEFINE_string("graphs", "gnmt8,transformer_xl4,wavenet4",
-                                "Graphs (zoo names with knobs, files).")
+                                bench_graphs.GRAPHS_HELP)
   _DEVICES = flags.DEFINE_string("devices", "p100x4", "Topology.")
   _POLICY = flags.DEFINE_string("policy", None, "Pre-trained policy "
                                 "(default: the shipped one).")
-  _FINETUNE = flags.DEFINE_float("finetune_seconds", 300.0,
-                                 "Fine-tuning time per graph (0: none).",
-                                 lower_bound=0.0)
+  _FINETUNE = flags.DEFINE_float(
+      "finetune_seconds", None, "Fine-tuning time per graph (0: none; "
+      f"default {DEFAULT_FINETUNE_SECONDS:g} unless --finetune_evaluations).",
+      lower_bound=0.0)
+  _FINETUNE_EVALUATIONS = flags.DEFINE_integer(
+      "finetune_evaluations", None, "Instead of --finetune_seconds: "
+      "fine-tuning's simulator evaluations per graph (whole iterations of "
+      "--samples + 1 placements, never more than this).", lower_bound=0)
+  flags.mark_flags_as_mutual_exclusive(
+      ["finetune_seconds", "finetune_evaluations"])
   _HDP_BUDGET = flags.DEFINE_integer("hdp_budget", 1000, "HDP evaluations.",
                                      lower_bound=1)
   _SAMPLES = flags.DEFINE_integer("samples", 16, "GDP samples per pass.",

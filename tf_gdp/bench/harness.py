@@ -8,6 +8,9 @@ human expert, to the best baseline and to the lower bound. A list scheduler
 (m_etf, m_sct, heft) is also simulated with its own planned per-device order
 (`step_time_planned_us`, the table's "planned ms"); the best baseline is the
 best of either order, so that no baseline is handicapped by the judge.
+Each row also counts the simulator evaluations the method made to choose its
+placement (`evaluations`; judging the placement it returns is not counted,
+for any method).
 """
 
 import contextlib
@@ -16,7 +19,7 @@ import json
 import math
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -64,6 +67,7 @@ class Row:
   own_valid: bool = True
   own_step_time_us: Optional[float] = None
   own_reason: Optional[str] = None
+  evaluations: Optional[int] = None  # the method's own simulator calls
 
 
 def parse_methods(spec: str) -> List[str]:
@@ -108,14 +112,17 @@ def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
       progress(f"  {label} / {method}: {row.reason}")
       continue
     row.search_seconds = result.search_seconds
+    row.evaluations = result.evaluations
     sim = simulator.simulate(graph, result.placement, topo)
     placement, priority = result.placement, result.priority
     if not sim.valid:  # never a result: the repaired placement is the row's
       row.own_valid, row.own_reason = False, sim.reason
       row.own_step_time_us = sim.step_time_us
       try:
-        placement = valid_result.valid_placement(
-            graph, topo, placement, method=method, seed=seed).placement
+        made = valid_result.valid_placement(graph, topo, placement,
+                                            method=method, seed=seed)
+        placement, row.evaluations = made.placement, (
+            row.evaluations + made.evaluations)
         sim, priority = simulator.simulate(graph, placement, topo), None
       except errors.NoValidPlacementError as e:
         row.reason = f"no valid placement: {e}"
@@ -150,9 +157,7 @@ def add_ratios(rows: List[Row]) -> None:
                 math.nan)
   single = step_of(REFERENCE_METHOD)
   expert = step_of(EXPERT_METHOD)
-  baseline_steps = ([r.step_time_us for r in rows if r.valid] +
-                    [r.step_time_planned_us for r in rows if r.planned_valid])
-  best = min(baseline_steps) if baseline_steps else math.nan
+  best = best_row(rows)[1]
   for row in rows:
     if not row.valid:
       continue
@@ -160,6 +165,32 @@ def add_ratios(rows: List[Row]) -> None:
     row.ratio_to_expert = row.step_time_us / expert
     row.ratio_to_best_baseline = row.step_time_us / best
     row.ratio_to_lower_bound = row.step_time_us / row.lower_bound_us
+
+
+def best_row(rows: List[Row]) -> Tuple[Optional[str], float]:
+  """(method, step time) of the fastest valid row, a planned order counting
+  as "<method>:planned"; (None, NaN) if no row is valid."""
+  steps = ([(r.step_time_us, r.method) for r in rows if r.valid] +
+           [(r.step_time_planned_us, f"{r.method}:planned") for r in rows
+            if r.planned_valid])
+  if not steps:
+    return None, math.nan
+  step, method = min(steps)
+  return method, step
+
+
+def judge(graph, placement, topology: topology_lib.Topology
+          ) -> Tuple[float, bool]:
+  """(simulated step time, valid) of a placement, as every row is judged."""
+  sim = simulator.simulate(graph, placement, topology)
+  return sim.step_time_us, bool(sim.valid)
+
+
+def finite_curve(points) -> list:
+  """[[evaluations, step time us]] of the finite points of a best-so-far
+  history (a search has no best until its first valid placement)."""
+  return [[int(e), float(t)] for e, t in points
+          if t is not None and math.isfinite(t)]
 
 
 def format_table(rows: List[Row], devices: str) -> str:
@@ -170,7 +201,7 @@ def format_table(rows: List[Row], devices: str) -> str:
             + (f"{'planned ms':>12}" if planned else "") +
             f"{'x single':>9}"
             f"{'/expert':>8}{'/best':>7}{'/LB':>7}  {'peak GiB per device':<24}"
-            f"{'search s':>10}" + (f"{'measured ms':>13}" if measured else "") +
+            f"{'evals':>7}{'search s':>10}" + (f"{'measured ms':>13}" if measured else "") +
             "  note")
   lines = [f"devices: {devices}", header, "-" * len(header)]
   for r in rows:
@@ -185,6 +216,7 @@ def format_table(rows: List[Row], devices: str) -> str:
             f"{ratio(r.ratio_to_expert):>8}{ratio(r.ratio_to_best_baseline):>7}"
             f"{ratio(r.ratio_to_lower_bound):>7}"
             f"  {'/'.join(f'{g:.1f}' for g in r.peak_memory_gib) or '-':<24}"
+            f"{'-' if r.evaluations is None else r.evaluations:>7}"
             f"{r.search_seconds:>10.1f}")
     if measured:
       line += f"{_ms(r.measured_us) if r.measured_us else 'failed':>13}"
