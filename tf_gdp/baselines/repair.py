@@ -12,7 +12,8 @@ returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
    device leave it cheapest first, until the bytes they carry away
    (persistent plus output bytes) cover the overflow plus a slack. The
    cheapest group is the one with the least compute per byte moved. Each
-   goes to the allowed device with the most room left. The result is
+   goes to the fastest allowed device with room for it (the roomiest of
+   equally fast ones). The result is
    simulated again. The slack doubles each round, because a moved group's
    outputs may not be live at the device's peak.
 3. If that still does not fit, the repair starts over from a memory-first
@@ -225,9 +226,12 @@ class _Spill:
           break
         room = np.where(view.allowed[g], self.capacity - load, -np.inf)
         room[j] = -np.inf
-        target = int(np.argmax(room))
-        if room[target] < self.carried[g]:
+        fits = np.flatnonzero(room >= self.carried[g])
+        if not fits.size:
           continue
+        # The fastest device with room (a GPU before the roomy host CPU),
+        # the roomiest among equals.
+        target = int(fits[np.lexsort((-room[fits], view.duration[g, fits]))[0]])
         group_devices[g] = target
         load[j] -= self.carried[g]
         load[target] += self.carried[g]
