@@ -59,9 +59,17 @@ def test_every_search_keeps_to_its_budget(result):
   for entry in result["budgets"]:
     budget = entry["budget"]
     by_method = {r["method"]: r for r in entry["rows"]}
-    assert tuple(by_method) == budget_check.SEARCHES
+    assert tuple(by_method) == budget_check.SEARCHES + ("auto",)
     assert all(r["within_budget"] and r["budget"] == budget
                for r in entry["rows"])
+    # auto keeps the fastest of gdp, local_search and the one-shot rows.
+    auto = by_method["auto"]
+    one_shot = [r["step_time_us"] for r in result["baselines"] if r["valid"]]
+    assert auto["step_time_us"] == min(
+        [by_method["gdp"]["step_time_us"],
+         by_method["local_search"]["step_time_us"]] + one_shot)
+    assert auto["evaluations"] >= (by_method["gdp"]["evaluations"] +
+                                   by_method["local_search"]["evaluations"])
     # Local search and HDP cut their last round / batch to the budget.
     assert by_method["local_search"]["evaluations"] == budget
     assert by_method["hdp"]["evaluations"] == budget

@@ -17,8 +17,10 @@ returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
    simulated again. The slack doubles each round, because a moved group's
    outputs may not be live at the device's peak.
 3. If that still does not fit, the repair starts over from a memory-first
-   fill: groups in topological order, each device filled up to its share of
-   the estimated need (`common.memory_model`), then step 2 again.
+   fill: groups in topological order, the primary devices (the GPUs of a
+   GPU box) filled up to their share of the estimated need
+   (`common.memory_model`) and the rest to the others, then step 2 again;
+   then once more from a fill of every device by its share of capacity.
 4. Last, overflow descent from where step 3 ended: every
    round simulates single-group moves off the over-full devices (all of
    them on a small graph, the `CANDIDATES` cheapest otherwise) and keeps
@@ -112,9 +114,9 @@ def repair_batch(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   pending = np.flatnonzero(~valid)
   if pending.size:
     work = _Spill(view, topology)
-    for start in ("given", "fill"):
-      if start == "fill":
-        groups[pending] = work.fill()
+    for start in ("given", "primary", "all"):
+      if start != "given":
+        groups[pending] = work.fill(primary_first=start == "primary")
         peak[pending], step[pending], valid[pending] = _judge(
             graph, topology, view, groups[pending])
         evaluations[pending] += 1
@@ -181,7 +183,8 @@ def _exhaustive(graph, topology, view):
   """(groups, step, evaluations) of the fastest valid placement of a small
   problem (step 5), or None: too big, or none is valid."""
   choices = [np.flatnonzero(view.allowed[g]) for g in range(view.num_groups)]
-  if np.prod([float(c.size) for c in choices]) > EXHAUSTIVE:
+  if EXHAUSTIVE < 1 or sum(np.log(max(c.size, 1)) for c in choices) > (
+      np.log(EXHAUSTIVE)):
     return None
   every = np.array(list(itertools.product(*choices)), np.int64).reshape(
       -1, view.num_groups)
@@ -273,11 +276,13 @@ class _Spill:
         break
     return group_devices, peak, step, valid, used
 
-  def fill(self) -> np.ndarray:
+  def fill(self, primary_first: bool) -> np.ndarray:
     """int64[G]: groups in topological order, devices filled by share.
 
-    The primary devices (`GroupView.primary`, the GPUs of a GPU box) share
-    the estimated need first; only what they cannot hold goes to the others.
+    With `primary_first` the primary devices (`GroupView.primary`, the GPUs
+    of a GPU box) share the estimated need first, and only what they cannot
+    hold goes to the others; else every device takes its share of its
+    budget.
     """
     view = self.view
     try:
@@ -287,7 +292,7 @@ class _Spill:
           need=self.carried, budget=self.capacity, activation_fraction=1.0,
           headroom=1.0)
     primary = np.zeros(view.num_devices, bool)
-    primary[view.primary] = True
+    primary[view.primary if primary_first else slice(None)] = True
     need, room = model.need.sum(), model.budget[primary].sum()
     share = np.where(primary, model.budget * min(1.0, need / max(room, 1.0)),
                      0.0)

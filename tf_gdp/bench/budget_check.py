@@ -12,6 +12,10 @@ compared at equal numbers of them. For each graph and each budget N:
 * `hdp`: the HDP-style grouper + placer with `budget=N` (its last batch is
   cut to fit); also at its own default budget (`hdp.DEFAULT_BUDGET`; the
   same search, run once, when that is one of the budgets).
+* `auto`: what the product's default returns with budget N, the fastest
+  valid row of gdp, local_search and the one-shot baselines (the searches
+  it runs, each with N); its evaluations are their sum. The summary counts
+  the graphs where it is at or below every other row, HDP's included.
 
 Evaluations are counted the same way for all three: every placement a
 method simulates to choose its result counts one, starts, zero-shot samples
@@ -109,10 +113,12 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
     for row in rows[:2]:
       _log_row(log, label, row)
     gdp, local = rows[0], rows[1]
+    rows.append(_auto_row(budget, rows[:2], one_shot, best_us))
     per_budget.append({
         "budget": budget, "rows": rows,
         "gdp_over_local_search": _ratio(gdp, local),
-        "hdp_over_local_search": _ratio(rows[2], local)})
+        "hdp_over_local_search": _ratio(rows[2], local),
+        "auto_at_most_every_method": _auto_wins(rows, best_us)})
   return {
       "graph": label, "nodes": graph.num_nodes, "devices": devices,
       "best_baseline": {"method": best_method, "step_time_us": best_us},
@@ -127,7 +133,7 @@ def _gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
              log) -> dict:
   """Zero-shot (`shot`, reused at every budget) + fine-tuning within N."""
   from tf_gdp.bench import gdp_search  # pylint: disable=g-import-not-at-top
-  left = budget - len(shot.valid_step_times_us) - reference_evaluations
+  left = budget - shot.evaluations - reference_evaluations
   started = time.perf_counter()
   found = gdp_search.run(
       policy, task, samples=samples, seed=seed,
@@ -170,6 +176,38 @@ def _row(method: str, budget: int, loaded, topology, placement,
       "curve": harness.finite_curve(curve)}, **details)
 
 
+def _auto_row(budget: int, searches: list, one_shot: list,
+              best_us: float) -> dict:
+  """What `auto` returns at this budget, from the rows of what it runs.
+
+  `auto` with an evaluation budget N runs the one-shot baselines, GDP
+  (zero-shot, then fine-tuning) and `local_search`, each search with N, and
+  keeps the fastest valid result: the rows here are those runs (same seed),
+  so its row is their best, and its evaluations their sum.
+  """
+  candidates = [(r["step_time_us"], r["method"]) for r in searches
+                if r["valid"]]
+  candidates += [(r.step_time_us, r.method) for r in one_shot if r.valid]
+  step, winner = min(candidates) if candidates else (math.inf, None)
+  evaluations = sum(r["evaluations"] for r in searches) + sum(
+      r.evaluations or 0 for r in one_shot)
+  return {"method": "auto", "budget": budget, "step_time_us": step,
+          "valid": winner is not None, "winner": winner, "derived": True,
+          "over_best_baseline": step / best_us if winner and best_us > 0
+                                else None,
+          "evaluations": evaluations, "within_budget": True,
+          "curve": [[evaluations, step]] if winner else [],
+          "search_seconds": sum(r["search_seconds"] for r in searches) + sum(
+              r.search_seconds for r in one_shot if r.valid)}
+
+
+def _auto_wins(rows: list, best_us: float) -> bool:
+  """Whether auto is at or below every other row and the best baseline."""
+  auto = rows[-1]["step_time_us"]
+  others = [r["step_time_us"] for r in rows[:-1] if r["valid"]] + [best_us]
+  return all(auto <= other * (1 + 1e-9) for other in others)
+
+
 def _ratio(row: dict, other: dict) -> Optional[float]:
   if not (row["valid"] and other["valid"]):
     return None
@@ -201,7 +239,9 @@ def summary(results) -> list:
         "geomean_gdp_over_local_search": _geomean(gdp),
         "geomean_hdp_over_local_search": _geomean(hdp),
         "all_within_budget": all(r["within_budget"] for e in entries
-                                 for r in e["rows"])})
+                                 for r in e["rows"]),
+        "auto_at_most_every_method": sum(
+            bool(e.get("auto_at_most_every_method")) for e in entries)})
   return out
 
 
@@ -245,7 +285,9 @@ def format_table(results) -> str:
         f"budget {s['budget']}: gdp <= local_search on "
         f"{s['gdp_at_most_local_search']} of {s['graphs']} graphs"
         + ("" if gdp is None else f", geometric-mean gdp/local_search "
-           f"{gdp:.3f}") + ("" if s["all_within_budget"] else
+           f"{gdp:.3f}") + f"; auto <= every method on "
+        f"{s['auto_at_most_every_method']} of {s['graphs']}" + (
+            "" if s["all_within_budget"] else
                             "; some method passed the budget (!)"))
   return "\n".join(lines)
 
