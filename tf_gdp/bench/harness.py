@@ -23,9 +23,12 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from grappler_bridge import errors as grappler_errors
+
 from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp import graph_specs
+from tf_gdp import placing
 from tf_gdp.baselines import valid_result
 from tf_gdp.cost import feasibility
 from tf_gdp.cost import lower_bound as lower_bound_lib
@@ -103,24 +106,33 @@ def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
       progress(f"  {label} / {method}: {row.reason}")
       continue
     started = time.perf_counter()
+    found_none = None
     try:
       result = baselines.run(method, graph, topo, seed=seed,
                              **(method_options or {}).get(method, {}))
     except errors.InputError as e:
-      row.reason = f"no placement: {e}"
-      rows.append(row)
-      progress(f"  {label} / {method}: {row.reason}")
-      continue
-    row.search_seconds = result.search_seconds
-    row.evaluations = result.evaluations
-    sim = simulator.simulate(graph, result.placement, topo)
-    placement, priority = result.placement, result.priority
-    if not sim.valid:  # never a result: the repaired placement is the row's
-      row.own_valid, row.own_reason = False, sim.reason
-      row.own_step_time_us = sim.step_time_us
+      found_none = grappler_errors.first_line(e)
+      if not found_none.startswith(placing.MEMORY_ESTIMATE_ERRORS):
+        row.reason = f"no placement: {e}"
+        rows.append(row)
+        progress(f"  {label} / {method}: {row.reason}")
+        continue
+    if found_none is None:
+      row.search_seconds = result.search_seconds
+      row.evaluations = result.evaluations
+      sim = simulator.simulate(graph, result.placement, topo)
+      placement, priority = result.placement, result.priority
+    else:  # its memory estimate fits nowhere: the gate's fallbacks
+      sim, placement, priority = None, None, None
+      row.search_seconds, row.evaluations = 0.0, 0
+    if sim is None or not sim.valid:  # never a result: the gate's is the row's
+      row.own_valid = False
+      row.own_reason = found_none or sim.reason
+      row.own_step_time_us = None if sim is None else sim.step_time_us
       try:
         made = valid_result.valid_placement(graph, topo, placement,
-                                            method=method, seed=seed)
+                                            method=method, seed=seed,
+                                            method_error=found_none)
         placement, row.evaluations = made.placement, (
             row.evaluations + made.evaluations)
         sim, priority = simulator.simulate(graph, placement, topo), None
@@ -144,7 +156,7 @@ def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
     rows.append(row)
     progress(f"  {label} / {method}: {sim.step_time_us / 1e3:,.1f} ms"
              f"{'' if row.own_valid else ' (repaired)'} "
-             f"(search {result.search_seconds:.1f} s, total "
+             f"(search {row.search_seconds:.1f} s, total "
              f"{time.perf_counter() - started:.1f} s)")
   add_ratios(rows)
   return rows
