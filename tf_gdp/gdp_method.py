@@ -51,6 +51,7 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   policy_path = check_policy(policy)
   started = time.perf_counter()
   task = environment.PlacementTask(graph, topology, extracted=extracted,
@@ -71,6 +72,9 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
         log_every_seconds=30.0, checkpoint_every_seconds=1e9,
         robust_objective=robust_members > 0,
         robust_members=robust_members or ensemble.DEFAULT_MEMBERS)
+    # The critic and PPO draw from TF's global generator: seeded, the same
+    # seed fine-tunes the same way (and `auto` equals its parts).
+    tf.keras.utils.set_random_seed(seed)
     tuned = workflows.finetune(
         policy_path, task, budget=train_config.Budget(
             seconds=budget_seconds or None,
