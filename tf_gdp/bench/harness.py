@@ -70,6 +70,7 @@ class Row:
   own_valid: bool = True
   own_step_time_us: Optional[float] = None
   own_reason: Optional[str] = None
+  repaired_by: Optional[str] = None  # the fallback baseline the gate used
   evaluations: Optional[int] = None  # the method's own simulator calls
 
 
@@ -135,6 +136,7 @@ def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
                                             method_error=found_none)
         placement, row.evaluations = made.placement, (
             row.evaluations + made.evaluations)
+        row.repaired_by = (made.repair or {}).get("fallback")
         sim, priority = simulator.simulate(graph, placement, topo), None
       except errors.NoValidPlacementError as e:
         row.reason = f"no valid placement: {e}"
@@ -221,7 +223,8 @@ def format_table(rows: List[Row], devices: str) -> str:
       return "   -" if math.isnan(x) else f"{x:.2f}"
     note = "" if r.valid else (r.reason or "invalid")
     if not r.own_valid and r.valid:
-      note = f"repaired: {r.own_reason}"
+      note = (f"repaired{f' (by {r.repaired_by})' if r.repaired_by else ''}"
+              f": {r.own_reason}")
     line = (f"{r.graph[:21]:<22}{r.method:<15}{_ms(r.step_time_us):>11}"
             + (f"{_planned_ms(r):>12}" if planned else "") +
             f"{ratio(r.speedup_vs_single):>9}"

@@ -45,6 +45,7 @@ def check_graph(loaded, label: str, devices: str, *, samples: int, seed: int,
     rows.append({"method": r.method, "own_valid": r.own_valid and r.valid,
                  "valid": r.valid, "step_time_us": _finite(r.step_time_us),
                  "own_reason": r.own_reason, "reason": r.reason,
+                 "fallback": r.repaired_by,
                  "search_seconds": _finite(r.search_seconds)})
   for method in (placing.GDP, placing.AUTO):
     clock = time.perf_counter()
@@ -58,14 +59,23 @@ def check_graph(loaded, label: str, devices: str, *, samples: int, seed: int,
                    "search_seconds": time.perf_counter() - clock})
       continue
     repair = result.details.get("repair")
-    row = {"method": method, "own_valid": repair is None,
+    # gdp's own placements are its greedy one and its samples: the repair
+    # may have changed some before one was chosen.
+    repaired_shots = result.details.get("zero_shot_repaired") or 0
+    row = {"method": method,
+           "own_valid": repair is None and not repaired_shots,
            "valid": result.valid, "step_time_us": result.step_time_us,
            "own_reason": repair and repair["original_reason"],
            "reason": result.reason, "search_seconds": result.search_seconds,
            "evaluations": result.evaluations,
-           "moved_groups": repair and repair["moved_groups"]}
+           "moved_groups": repair and repair["moved_groups"],
+           "fallback": repair and repair.get("fallback")}
     if method == placing.GDP:
-      row["zero_shot_repaired"] = result.details.get("zero_shot_repaired")
+      row["zero_shot_repaired"] = repaired_shots
+      row["zero_shot_placements"] = samples + 1
+      if repaired_shots and not repair:
+        row["own_reason"] = (f"{repaired_shots} of {samples + 1} zero-shot "
+                             "placements did not fit")
     else:
       row["winner"] = result.details["winner"]
     rows.append(row)
@@ -89,12 +99,13 @@ def format_table(label: str, rows: list) -> str:
   for r in rows:
     step = "-" if r["step_time_us"] is None else f"{r['step_time_us'] / 1e3:,.1f}"
     ratio = "-" if r["ratio_to_best"] is None else f"{r['ratio_to_best']:.2f}"
+    fallback = f" (by {r['fallback']})" if r.get("fallback") else ""
     note = (r.get("reason") if not r["valid"] else
-            f"repaired: {r['own_reason']}" if not r["own_valid"] else
+            f"repaired{fallback}: {r['own_reason']}" if not r["own_valid"] else
             f"winner {r['winner']}" if r.get("winner") else "")
     lines.append(f"  {r['method']:<16}{'yes' if r['own_valid'] else 'NO':>9}"
                  f"{'valid' if r['valid'] else 'NONE':>8}{step:>12}{ratio:>7}"
-                 f"  {(note or '')[:70]}")
+                 f"  {(note or '')[:90]}")
   own = sum(r["own_valid"] for r in rows)
   valid = sum(r["valid"] for r in rows)
   lines.append(f"  own placements that fit: {own}/{len(rows)}; valid results: "
