@@ -28,13 +28,6 @@ from tf_gdp.cost import topology as topology_lib
 
 DEFAULT_GRAPHS = "gnmt8:batch=512,transformer_xl8:batch=64,gnmt8:batch=1536"
 
-_GRAPHS = flags.DEFINE_string("graphs", DEFAULT_GRAPHS, "Graph spec.")
-_DEVICES = flags.DEFINE_string("devices", "p100x4", "Topology.")
-_SAMPLES = flags.DEFINE_integer("samples", 16, "gdp: sampled placements.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds sampling and random methods.")
-_JSON_OUT = flags.DEFINE_string("json_out", None, "Write the rows here.")
-
-
 def check_graph(loaded, label: str, devices: str, *, samples: int, seed: int,
                 log=harness.stderr_progress) -> list:
   """One row per method: own validity, result validity, step time."""
@@ -128,4 +121,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags only here, so other modules may import this one's functions.
+  _GRAPHS = flags.DEFINE_string("graphs", DEFAULT_GRAPHS, "Graph spec.")
+  _DEVICES = flags.DEFINE_string("devices", "p100x4", "Topology.")
+  _SAMPLES = flags.DEFINE_integer("samples", 16, "gdp: sampled placements.")
+  _SEED = flags.DEFINE_integer("seed", 0, "Seeds sampling and random methods.")
+  _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the rows here.")
   app.run(main)
