@@ -110,7 +110,12 @@ def main(argv):
   del argv
   started = time.time()
   results = []
-  for item in graph_specs.parse(_GRAPHS.value):
+  try:
+    items = graph_specs.parse(_GRAPHS.value)
+    topology_lib.get(_DEVICES.value)
+  except errors.InputError as e:
+    raise app.UsageError(str(e)) from e
+  for item in items:
     loaded = item.load(_DEVICES.value)
     rows = check_graph(loaded, item.label, _DEVICES.value,
                        samples=_SAMPLES.value, seed=_SEED.value)
