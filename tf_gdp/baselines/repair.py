@@ -99,13 +99,23 @@ def repair_batch(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     raise errors.InputError(
         f"repair needs placements of shape [batch, {graph.num_nodes}], got "
         f"{placements.shape}")
+  checked = 0  # the simulation of the check below, when it found work
+  if placements.size and placements.min() >= 0 and (
+      placements.max() < topology.num_devices):
+    checked = 1
+    judged = simulator.simulate_batch(graph, placements, topology)
+    if judged.valid.all():  # the common case in training: nothing to build
+      return [Repair(placement=row.astype(np.int32), valid=True,
+                     changed=False, moved_groups=0, evaluations=1,
+                     step_time_us=float(t), reason=None, original_reason=None)
+              for row, t in zip(placements, judged.step_time_us)]
   view = common.group_view(graph, topology)
   first = view.members[view.member_ptr[:-1]]
   original = np.clip(placements.astype(np.int64), 0, topology.num_devices - 1)
   groups = _obey_constraints(view, original[:, first])
   fixed = groups[:, view.group_of]
   judged = simulator.simulate_batch(graph, fixed, topology)
-  evaluations = np.ones(len(placements), np.int64)
+  evaluations = np.full(len(placements), 1 + checked, np.int64)
   reasons = [None if ok else _reason(graph, row, topology)
              for ok, row in zip(judged.valid, original)]
   step = judged.step_time_us.astype(np.float64)
