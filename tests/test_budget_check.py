@@ -200,3 +200,26 @@ def test_one_shot_baselines_report_their_evaluations(loaded):
   rows = harness.bench_graph(loaded, "g", DEVICES, ("single_device", "metis"))
   assert all(r.evaluations >= 1 for r in rows)  # both simulate candidates
   assert harness.best_row(rows)[1] == min(r.step_time_us for r in rows)
+
+
+@pytest.mark.parametrize("mode", ["default", "none"])
+def test_hdp_runs_only_where_asked(loaded, tiny_policy, mode):
+  result = budget_check.check_graph(
+      loaded, "layered_30", DEVICES, budgets=BUDGETS, policy=tiny_policy,
+      samples=SAMPLES, seed=0, methods=("single_device", "m_topo"),
+      hdp_default_budget=HDP_DEFAULT, hdp_mode=mode, log=lambda line: None)
+  methods = [[r["method"] for r in e["rows"]] for e in result["budgets"]]
+  if mode == "default":
+    assert methods == [["gdp", "local_search", "auto"],
+                       ["gdp", "local_search", "hdp", "auto"]]
+    assert result["hdp_default"] is result["budgets"][1]["rows"][2]
+    assert result["budgets"][0]["hdp_over_local_search"] is None
+  else:
+    assert methods == [["gdp", "local_search", "auto"]] * 2
+    assert result["hdp_default"] is None
+  table = budget_check.format_table([result])
+  assert ("hdp(default)" in table) == (mode == "default")
+  with pytest.raises(errors.InputError, match="hdp mode"):
+    budget_check.check_graph(loaded, "x", DEVICES, budgets=BUDGETS,
+                             policy=tiny_policy, samples=SAMPLES, seed=0,
+                             hdp_mode="some")

@@ -51,6 +51,9 @@ ONE_SHOT_METHODS = tuple(m for m in harness.CLASSIC_METHODS
                          if m != "local_search")
 SEARCHES = ("gdp", "local_search", "hdp")
 DEFAULT_BUDGETS = (500, 2000, 10000)
+# Where HDP runs: at every budget and its own default, only at its own
+# default (it costs minutes per thousand evaluations), or nowhere.
+HDP_MODES = ("all", "default", "none")
 
 
 def parse_budgets(values: Sequence[str]) -> List[int]:
@@ -68,12 +71,17 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
                 policy: str, samples: int, seed: int,
                 methods: Sequence[str] = ONE_SHOT_METHODS,
                 hdp_default_budget: Optional[int] = None,
+                hdp_mode: str = "all",
                 log=harness.stderr_progress) -> dict:
   """The three searches at every budget on one graph (module doc).
 
   `methods` are the one-shot baselines the ratios are to;
-  `hdp_default_budget` is HDP's own budget (None: `hdp.DEFAULT_BUDGET`).
+  `hdp_default_budget` is HDP's own budget (None: `hdp.DEFAULT_BUDGET`);
+  `hdp_mode` (`HDP_MODES`) where HDP runs.
   """
+  if hdp_mode not in HDP_MODES:
+    raise errors.InputError(f"hdp mode must be one of {HDP_MODES}, "
+                            f"got {hdp_mode!r}")
   # pylint: disable=g-import-not-at-top
   from tf_gdp.baselines import hdp
   from tf_gdp.rl import environment
@@ -102,22 +110,26 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
       _log_row(log, label, hdp_rows[budget])
     return hdp_rows[budget]
 
+  default_budget = hdp_default_budget or hdp.DEFAULT_BUDGET
   per_budget = []
   for budget in budgets:
     rows = [_gdp_row(loaded, task, shot, budget, policy=policy,
                      samples=samples, seed=seed,
                      reference_evaluations=reference_evaluations,
                      best_us=best_us, log=log),
-            _local_search_row(loaded, topology, budget, seed, best_us),
-            hdp_row(budget)]
-    for row in rows[:2]:
+            _local_search_row(loaded, topology, budget, seed, best_us)]
+    for row in rows:
       _log_row(log, label, row)
-    gdp, local = rows[0], rows[1]
+    gdp, local = rows
+    if hdp_mode == "all" or (hdp_mode == "default"
+                             and budget == default_budget):
+      rows.append(hdp_row(budget))
     rows.append(_auto_row(budget, rows[:2], one_shot, best_us))
     per_budget.append({
         "budget": budget, "rows": rows,
         "gdp_over_local_search": _ratio(gdp, local),
-        "hdp_over_local_search": _ratio(rows[2], local),
+        "hdp_over_local_search": (_ratio(rows[2], local)
+                                  if rows[2]["method"] == "hdp" else None),
         "auto_at_most_every_method": _auto_wins(rows, best_us)})
   return {
       "graph": label, "nodes": graph.num_nodes, "devices": devices,
@@ -125,7 +137,8 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
       "reference_evaluations": reference_evaluations,
       "baselines": harness.rows_as_dicts(one_shot),
       "budgets": per_budget,
-      "hdp_default": hdp_row(hdp_default_budget or hdp.DEFAULT_BUDGET)}
+      "hdp_default": (None if hdp_mode == "none"
+                      else hdp_row(default_budget))}
 
 
 def _gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
@@ -274,8 +287,9 @@ def format_table(results) -> str:
         lines.append(line(result["graph"], row,
                           entry["gdp_over_local_search"]
                           if row["method"] == "gdp" else None))
-    lines.append(line(result["graph"], dict(result["hdp_default"],
-                                            method="hdp(default)")))
+    if result["hdp_default"] is not None:
+      lines.append(line(result["graph"], dict(result["hdp_default"],
+                                              method="hdp(default)")))
     best = result["best_baseline"]
     lines.append(f"{'':<20} best one-shot baseline: {best['method']} "
                  f"{best['step_time_us'] / 1e3:,.3f} ms")
@@ -317,10 +331,11 @@ def main(argv):
     results.append(check_graph(
         source.load(_DEVICES.value), source.label, _DEVICES.value,
         budgets=budgets, policy=_POLICY.value or gdp_method.PRETRAINED_POLICY,
-        samples=_SAMPLES.value, seed=_SEED.value))
+        samples=_SAMPLES.value, seed=_SEED.value, hdp_mode=_HDP.value))
   print(format_table(results))
   write_results(results, {
       "graphs": _GRAPHS.value, "devices": _DEVICES.value, "budgets": budgets,
+      "hdp": _HDP.value,
       "samples": _SAMPLES.value, "seed": _SEED.value,
       "policy": _POLICY.value or "shipped"}, started, _JSON_OUT.value)
 
@@ -339,5 +354,8 @@ if __name__ == "__main__":
       "samples", 16, "GDP samples per zero-shot pass and per fine-tuning "
       "iteration.", lower_bound=2)
   _SEED = flags.DEFINE_integer("seed", 0, "Seed of every search.")
+  _HDP = flags.DEFINE_enum(
+      "hdp", "all", HDP_MODES, "Where HDP runs: at every budget and its own "
+      "default, only at its own default, or nowhere.")
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   app.run(main)
