@@ -5,7 +5,7 @@ import pathlib
 
 PACKAGES = ("tf_gdp", "tf_gdp.baselines", "tf_gdp.cli", "tf_gdp.cost",
             "tf_gdp.graph", "tf_gdp.policy", "tf_gdp.rl", "tf_gdp.runtime",
-            "tf_gdp.viz", "tf_gdp.zoo", "grappler_bridge")
+            "tf_gdp.viz", "tf_gdp.zoo", "tf_gdp.corpus", "grappler_bridge")
 GOLDEN = pathlib.Path(__file__).resolve().parent / "api_symbols"
 
 

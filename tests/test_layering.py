@@ -27,6 +27,7 @@ _LAYERS = (
     ("tf_gdp.rl",),
     ("tf_gdp.policy", "tf_gdp.baselines", "tf_gdp.viz", "tf_gdp.runtime"),
     ("tf_gdp.graph_specs", "tf_gdp.placement_file", "tf_gdp.target_devices"),
+    ("tf_gdp.corpus",),
     ("tf_gdp.zoo",),
     ("tf_gdp.cost",),
     ("tf_gdp.graph",),

@@ -63,6 +63,6 @@ __all__ = [
 
 _package_api.install(
     globals(),
-    modules=("baselines", "cli", "cost", "graph", "policy", "rl", "runtime",
-             "viz", "zoo"),
+    modules=("baselines", "cli", "corpus", "cost", "graph", "policy", "rl",
+             "runtime", "viz", "zoo"),
     lazy={"write_outputs": "tf_gdp.place_batch"})

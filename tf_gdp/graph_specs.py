@@ -9,6 +9,8 @@ A graph spec is a comma-separated list of items:
   layered:N[:width=W][:seed=S]         generated graphs (`graph.generators`)
   cells:N[:cell=C][:seed=S]
   branches:N[:k=K][:seed=S]
+  corpus:train, corpus:eval, ...       corpus graphs (`corpus.graph_sets`),
+                                       built and cached on first use
 
 With `allow_devices` (pre-training on several topologies) any item may end
 in `@DEVICES` (`branches:80@cpu-workers:2`): it is then meant for that
@@ -27,6 +29,9 @@ from grappler_bridge import limits
 
 from tf_gdp import errors
 from tf_gdp import zoo
+from tf_gdp.corpus import families
+from tf_gdp.corpus import graph_sets
+from tf_gdp.corpus import store
 from tf_gdp.cost import presets
 from tf_gdp.graph import generators
 from tf_gdp.graph import json_io
@@ -47,9 +52,10 @@ class LoadedGraph:
 
 @dataclasses.dataclass
 class GraphSpec:
-  """One graph of a spec: a zoo model, a file or a generated graph.
+  """One graph of a spec: a zoo model, a file, a generated or corpus graph.
 
-  Exactly one of `model`, `path` and `generator` is set. `devices` is the
+  Exactly one of `model`, `path`, `generator` and `corpus` (a corpus
+  variant's name, built and cached on demand) is set. `devices` is the
   item's own topology (the `@DEVICES` suffix), if it has one. `signature`
   is the SavedModel signature to flatten (None: the model's default).
   """
@@ -61,9 +67,13 @@ class GraphSpec:
   options: Optional[dict] = None
   devices: Optional[str] = None
   signature: Optional[str] = None
+  corpus: Optional[str] = None
 
   def load(self, devices: str) -> LoadedGraph:
     """Builds, reads or generates the graph, costed for preset `devices`."""
+    if self.corpus is not None:
+      built = store.ensure([families.VARIANTS[self.corpus]], devices)
+      return LoadedGraph(json_io.load_json(built[0].path))
     if self.model is not None:
       return load_model(self.model, knobs=self.knobs, devices=devices)
     if self.path is not None:
@@ -129,7 +139,10 @@ def load_graph(spec: str, *, devices: str = presets.DEFAULT,
 
 
 def _models_and_files(item: str, signature: Optional[str]) -> List[GraphSpec]:
-  """`zoo`, a zoo name with knobs (`gnmt2:batch=8`), a file or a glob."""
+  """`zoo`, a zoo name with knobs (`gnmt2:batch=8`), `corpus:SELECTION`,
+  a file or a glob."""
+  if graph_sets.is_corpus_item(item):
+    return [GraphSpec(v.name, corpus=v.name) for v in graph_sets.select(item)]
   if item == ZOO:
     return [GraphSpec(name, model=name) for name in zoo.benchmark_models()]
   name, _, knobs = item.partition(":")

@@ -33,6 +33,11 @@ COMMANDS = {
     "calibrate": ("tf_gdp.cli.calibrate",
                   "measure this machine's cpu-workers:K links (and speed) for "
                   "the simulator"),
+    "corpus build": ("tf_gdp.cli.corpus_build",
+                     "build and cache the corpus's training-step graphs "
+                     "(corpus:train, corpus:eval)"),
+    "corpus list": ("tf_gdp.cli.corpus_list",
+                    "the corpus's families, train/eval split and graphs"),
     "inspect": ("tf_gdp.cli.inspect_graph",
                 "print node/edge counts, costs, memory and constraints of a graph"),
 }
@@ -52,6 +57,13 @@ def run(argv=None) -> None:
     print(usage())
     sys.exit(0 if len(argv) >= 2 else 2)
   command = argv[1]
+  if len(argv) > 2 and f"{command} {argv[2]}" in COMMANDS:
+    command = f"{command} {argv.pop(2)}"  # a two-word command
+  words = sorted(name for name in COMMANDS if name.startswith(command + " "))
+  if command not in COMMANDS and words:
+    sys.stderr.write(f"error: {command!r} needs a subcommand: "
+                     f"{', '.join('tf-gdp ' + w for w in words)}\n")
+    sys.exit(2)
   if command not in COMMANDS:
     sys.stderr.write(f"error: unknown command {command!r} (commands: "
                      f"{', '.join(COMMANDS)}; see tf-gdp --help)\n")

@@ -1,0 +1,144 @@
+"""The corpus: its table and split, building and caching, spec items, CLI."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from tf_gdp import errors
+from tf_gdp import graph_specs
+from tf_gdp.corpus import families
+from tf_gdp.corpus import graph_sets
+from tf_gdp.corpus import store
+
+DEVICES = "p100x2"
+
+
+def _variant(name, kind, **args):
+  return families.Variant(name, "keras_rnn", kind,
+                          types.MappingProxyType(args))
+
+
+TINY_RNN = _variant("tiny_lstm", families.RECURRENT, cell="lstm", layers=1,
+                    hidden=16, seq=4, batch=2, vocab=50)
+TINY_GENERATED = _variant("tiny_layered", families.GENERATED,
+                          spec="layered:40")
+
+
+def test_the_table_is_big_enough_and_split_by_family():
+  assert len(families.VARIANTS) >= 40
+  assert len(families.FAMILIES) >= 12
+  train = families.variants(families.TRAIN)
+  held_out = families.variants(families.EVAL)
+  assert len(train) + len(held_out) == len(families.VARIANTS)
+  train_families = {v.family for v in train}
+  assert train_families.isdisjoint({v.family for v in held_out})
+  assert len({v.family for v in held_out}) >= 4
+  for family in families.FAMILIES.values():
+    assert len(family.variants) >= 1
+    assert all(v.family == family.name for v in family.variants)
+  # Several sizes per real-code family, so each spans placements' regimes.
+  sized = [f for f in families.FAMILIES.values() if len(f.variants) >= 2]
+  assert len(sized) >= 12
+
+
+def test_selection_items():
+  assert graph_sets.select("corpus:eval") == families.variants("eval")
+  assert graph_sets.select("corpus:vgg") == families.FAMILIES["vgg"].variants
+  name = families.variants("train")[0].name
+  assert [v.name for v in graph_sets.select(f"corpus:{name}")] == [name]
+  for bad in ("corpus:", "corpus:nope"):
+    with pytest.raises(errors.InputError, match="corpus:train"):
+      graph_sets.select(bad)
+  specs = graph_specs.parse("corpus:generated,rnnlm2")
+  assert [s.corpus for s in specs[:-1]] == [
+      v.name for v in families.FAMILIES["generated"].variants]
+  assert specs[-1].model == "rnnlm2"
+
+
+def test_build_caches_and_rebuilds_only_what_changed(tmp_path, monkeypatch):
+  lines = []
+  first = store.ensure([TINY_GENERATED, TINY_RNN], DEVICES, root=str(tmp_path),
+                       log=lines.append)
+  assert [b.rebuilt for b in first] == [True, True]
+  rnn = first[1]
+  assert rnn.path == store.graph_path(TINY_RNN, "p100x4", str(tmp_path))
+  assert rnn.entry["nodes"] > 100 and rnn.entry["fits_one_device"]
+  with open(rnn.path) as f:
+    document = json.load(f)
+  corpus = document["metadata"]["corpus"]
+  assert corpus["variant"] == "tiny_lstm" and corpus["args"]["hidden"] == 16
+  manifest = json.load(open(os.path.join(store.folder(DEVICES, str(tmp_path)),
+                                         store.MANIFEST)))
+  assert set(manifest) == {"tiny_layered", "tiny_lstm"}
+
+  stamp = os.path.getmtime(rnn.path)
+  again = store.ensure([TINY_RNN], "p100x4", root=str(tmp_path))
+  assert not again[0].rebuilt and os.path.getmtime(rnn.path) == stamp
+
+  # A corrupt file, new arguments or a new corpus version: built again.
+  with open(first[0].path, "w") as f:
+    f.write("{not json")
+  changed = _variant("tiny_lstm", families.RECURRENT, cell="gru", layers=1,
+                     hidden=16, seq=4, batch=2, vocab=50)
+  rebuilt = store.ensure([TINY_GENERATED, changed], DEVICES,
+                         root=str(tmp_path))
+  assert [b.rebuilt for b in rebuilt] == [True, True]
+  monkeypatch.setattr(store, "CORPUS_VERSION", store.CORPUS_VERSION + 1)
+  assert store.ensure([TINY_GENERATED], DEVICES,
+                      root=str(tmp_path))[0].rebuilt
+
+
+def test_adam_slots_are_in_the_graph(tmp_path):
+  encoder = _variant("tiny_encoder", families.ENCODER, layers=1, hidden=16,
+                     heads=2, seq=4, batch=2, vocab=30)
+  graph = store.build_graph(encoder, DEVICES)
+  count = lambda op: sum(t == op for t in graph.op_types)
+  # Each weight is updated once and Adam's two slots once each.
+  updates = count("AssignSubVariableOp")
+  assert updates >= 10 and count("AssignVariableOp") == 2 * updates
+
+
+def test_a_failing_variant_keeps_what_was_built(tmp_path):
+  bad = _variant("bad", families.GENERATED, spec="layered:-3")
+  with pytest.raises(errors.InputError, match="corpus variant bad"):
+    store.ensure([TINY_GENERATED, bad], DEVICES, root=str(tmp_path))
+  listing = json.load(open(os.path.join(store.folder(DEVICES, str(tmp_path)),
+                                        store.MANIFEST)))
+  assert list(listing) == ["tiny_layered"]
+
+
+def test_corpus_graphs_load_through_graph_specs(tmp_path, monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  spec = graph_specs.parse("corpus:layered_2000")[0]
+  loaded = spec.load("p100x4")
+  assert loaded.graph.num_nodes == 2000 and spec.label == "layered_2000"
+  assert os.path.exists(store.graph_path(families.VARIANTS["layered_2000"],
+                                         "p100x4"))
+
+
+def _cli(*args, home):
+  env = dict(os.environ, TF_GDP_HOME=str(home), TF_CPP_MIN_LOG_LEVEL="3")
+  return subprocess.run([sys.executable, "-m", "tf_gdp", *args], env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_cli_builds_lists_and_refuses_bad_input(tmp_path):
+  done = _cli("corpus", "build", "--select=layered_2000,cells_2000",
+              home=tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert "2 graphs (2 built, 0 cached)" in done.stdout
+  listed = _cli("corpus", "list", f"--json_out={tmp_path}/c.json",
+                home=tmp_path)
+  assert listed.returncode == 0, listed.stderr
+  rows = {r["name"]: r for r in json.load(open(f"{tmp_path}/c.json"))}
+  assert rows["cells_2000"]["built"] and not rows["resnet50_224_b8"]["built"]
+  assert "(not built)" in listed.stdout and "eval:" in listed.stdout
+  bare = _cli("corpus", home=tmp_path)
+  assert bare.returncode == 2 and "tf-gdp corpus build" in bare.stderr
+  unknown = _cli("corpus", "build", "--select=nope", home=tmp_path)
+  assert unknown.returncode == 2
+  assert unknown.stderr.count("\n") == 1 and "corpus:train" in unknown.stderr

@@ -1,0 +1,195 @@
+"""The corpus: training-step graphs of real model code, by family, and the split.
+
+A family is one model design (one author's code) at several sizes: batch,
+image size, sequence length, depth. The sizes are spread so that, on four
+16 GiB GPUs, some steps are best on one device, some pipeline well and some
+fit only on several devices. Generalization is judged across families, so
+the split is by family and fixed here: a policy is pre-trained on the
+`TRAIN` families only, and the `EVAL` families are run only to evaluate it.
+
+Sources: `tf_keras.applications` (`training_steps.keras_application`),
+transformers and recurrent models written with tf_keras layers
+(`transformers`, `recurrent`), the zoo's models (`tf_gdp.zoo`, with knobs)
+and generated graphs (`tf_gdp.graph.generators`).
+"""
+
+import dataclasses
+import types
+from typing import Mapping, Tuple
+
+TRAIN = "train"
+EVAL = "eval"
+SPLITS = (TRAIN, EVAL)
+# How a variant is built: the builder that takes its `args`.
+KERAS, ENCODER, DECODER, VIT, RECURRENT, ZOO, GENERATED = (
+    "keras_application", "encoder", "decoder", "vit", "recurrent", "zoo",
+    "generated")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One corpus graph: a family's model at one size."""
+  name: str
+  family: str
+  kind: str  # KERAS, ENCODER, ... (how it is built)
+  args: Mapping[str, object]
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  name: str
+  split: str
+  about: str
+  variants: Tuple[Variant, ...]
+
+
+def _keras(family, application, sizes, **kwargs):
+  """Variants of one Keras application at (image size, batch) pairs."""
+  slug = application.lower()
+  return tuple(
+      Variant(f"{slug}_{image}_b{batch}", family, KERAS,
+              types.MappingProxyType(dict(
+                  application=application, image_size=image, batch=batch,
+                  optimizer="momentum", **kwargs)))
+      for image, batch in sizes)
+
+
+def _variants(family, kind, named):
+  return tuple(Variant(name, family, kind, types.MappingProxyType(args))
+               for name, args in named)
+
+
+def _language_models(family, kind, sizes):
+  """(layers, hidden, heads, seq, batch[, vocab]) per variant."""
+  out = []
+  for size in sizes:
+    layers, hidden, heads, seq, batch = size[:5]
+    args = dict(layers=layers, hidden=hidden, heads=heads, seq=seq,
+                batch=batch)
+    if len(size) > 5:
+      args["vocab"] = size[5]
+    out.append((f"{family}_l{layers}_h{hidden}_s{seq}_b{batch}", args))
+  return _variants(family, kind, out)
+
+
+def _zoo(family, items):
+  """(zoo model, knobs dict) per variant."""
+  named = []
+  for model, knobs in items:
+    suffix = "".join(f"_{k[0]}{v}" for k, v in sorted(knobs.items()))
+    named.append((f"{model}{suffix}", {"model": model, "knobs": knobs}))
+  return _variants(family, ZOO, named)
+
+
+def _generated(family, specs):
+  return _variants(family, GENERATED,
+                   [(spec.replace(":", "_").replace("=", ""), {"spec": spec})
+                    for spec in specs])
+
+
+_FAMILIES = (
+    # ---- training families ----
+    Family("resnet", TRAIN, "tf_keras.applications ResNet / ResNetV2",
+           _keras("resnet", "ResNet50", [(224, 8), (224, 64), (224, 256)])
+           + _keras("resnet", "ResNet101V2", [(224, 32)])),
+    Family("mobilenet", TRAIN, "tf_keras.applications MobileNet v1, v2, v3",
+           _keras("mobilenet", "MobileNet", [(224, 32)])
+           + _keras("mobilenet", "MobileNetV2", [(224, 16), (224, 384)])
+           + _keras("mobilenet", "MobileNetV3Large", [(224, 64)])
+           + _keras("mobilenet", "MobileNetV3Small", [(224, 128)])),
+    Family("efficientnet", TRAIN, "tf_keras.applications EfficientNet, V2",
+           _keras("efficientnet", "EfficientNetB0", [(224, 16), (224, 192)])
+           + _keras("efficientnet", "EfficientNetV2B0", [(224, 64)])),
+    Family("vgg", TRAIN, "tf_keras.applications VGG16, VGG19",
+           _keras("vgg", "VGG16", [(224, 8), (224, 128)])
+           + _keras("vgg", "VGG19", [(224, 32)])),
+    Family("inception_resnet", TRAIN, "tf_keras.applications "
+           "InceptionResNetV2",
+           _keras("inception_resnet", "InceptionResNetV2",
+                  [(299, 8), (299, 64)])),
+    Family("encoder", TRAIN, "BERT-style encoder, masked LM, Adam "
+           "(corpus.transformers)",
+           _language_models("encoder", ENCODER, [
+               (2, 256, 4, 128, 32), (6, 512, 8, 128, 32),
+               (12, 768, 12, 128, 32), (12, 768, 12, 512, 48)])),
+    Family("vit", TRAIN, "ViT-style image classifier, Adam "
+           "(corpus.transformers)",
+           _variants("vit", VIT, [
+               ("vit_l6_h384_p16_b64", dict(layers=6, hidden=384, heads=6,
+                                            image_size=224, patch=16,
+                                            batch=64)),
+               ("vit_l12_h768_p16_b128", dict(layers=12, hidden=768,
+                                              heads=12, image_size=224,
+                                              patch=16, batch=128))])),
+    Family("keras_rnn", TRAIN, "unrolled tf_keras LSTM / GRU language "
+           "models (corpus.recurrent)",
+           _variants("keras_rnn", RECURRENT, [
+               ("lstm_l2_h512_s20_b64", dict(cell="lstm", layers=2,
+                                             hidden=512, seq=20, batch=64)),
+               ("lstm_l4_h1024_s30_b128", dict(cell="lstm", layers=4,
+                                               hidden=1024, seq=30,
+                                               batch=128)),
+               ("gru_l3_h768_s25_b64", dict(cell="gru", layers=3, hidden=768,
+                                            seq=25, batch=64))])),
+    Family("rnnlm", TRAIN, "the zoo's RNNLM",
+           _zoo("rnnlm", [("rnnlm2", {}), ("rnnlm4", {"batch": 32}),
+                          ("rnnlm2", {"batch": 512})])),
+    Family("gnmt", TRAIN, "the zoo's GNMT",
+           _zoo("gnmt", [("gnmt2", {}), ("gnmt4", {"batch": 256})])),
+    Family("transformer_xl", TRAIN, "the zoo's Transformer-XL",
+           _zoo("transformer_xl", [("transformer_xl2", {}),
+                                   ("transformer_xl4", {"batch": 32})])),
+    Family("inception_v3", TRAIN, "the zoo's Inception-v3",
+           _zoo("inception_v3", [("inception_v3", {}),
+                                 ("inception_v3", {"batch": 128})])),
+    Family("generated", TRAIN, "generated layered and cell graphs",
+           _generated("generated", ["layered:2000", "layered:5000:width=8",
+                                    "cells:2000", "cells:4000:cell=6"])),
+    # ---- evaluation families ----
+    Family("densenet", EVAL, "tf_keras.applications DenseNet",
+           _keras("densenet", "DenseNet121", [(224, 16), (224, 128)])
+           + _keras("densenet", "DenseNet169", [(224, 32)])),
+    Family("convnext", EVAL, "tf_keras.applications ConvNeXt",
+           _keras("convnext", "ConvNeXtTiny", [(224, 16), (224, 128)])),
+    Family("regnet", EVAL, "tf_keras.applications RegNetX, RegNetY",
+           _keras("regnet", "RegNetX004", [(224, 64)])
+           + _keras("regnet", "RegNetY008", [(224, 256)])),
+    Family("nasnet", EVAL, "tf_keras.applications NASNetMobile",
+           _keras("nasnet", "NASNetMobile", [(224, 32)])),
+    Family("xception", EVAL, "tf_keras.applications Xception",
+           _keras("xception", "Xception", [(299, 16), (299, 96)])),
+    Family("decoder", EVAL, "GPT-style causal decoder, tied output "
+           "projection, Adam (corpus.transformers)",
+           _language_models("decoder", DECODER, [
+               (4, 512, 8, 256, 16, 50257), (12, 768, 12, 256, 16, 50257),
+               (12, 1024, 16, 1024, 8, 50257)])),
+    Family("wavenet", EVAL, "the zoo's WaveNet",
+           _zoo("wavenet", [("wavenet2", {}), ("wavenet4", {"batch": 8})])),
+    Family("amoebanet", EVAL, "the zoo's AmoebaNet",
+           _zoo("amoebanet", [("amoebanet", {})])),
+)
+FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
+VARIANTS = types.MappingProxyType(
+    {v.name: v for f in _FAMILIES for v in f.variants})
+
+
+def split_of(variant: Variant) -> str:
+  return FAMILIES[variant.family].split
+
+
+def variants(selection: str = "all") -> Tuple[Variant, ...]:
+  """The variants of a split (`train`, `eval`), a family, or `all`.
+
+  Raises:
+    KeyError: an unknown selection (the caller words the error).
+  """
+  if selection == "all":
+    return tuple(VARIANTS.values())
+  if selection in SPLITS:
+    return tuple(v for f in _FAMILIES if f.split == selection
+                 for v in f.variants)
+  if selection in FAMILIES:
+    return FAMILIES[selection].variants
+  if selection in VARIANTS:
+    return (VARIANTS[selection],)
+  raise KeyError(selection)

@@ -1,0 +1,37 @@
+"""A recurrent language model's training step from tf_keras layers.
+
+Stacked `tf_keras.layers.LSTM` or `GRU` layers with `unroll=True`, so the
+step is a static graph of per-timestep cells (the shape GNMT and RNNLM
+have, written with the layers a user would pick), an embedding and a
+softmax over the vocabulary; SGD with momentum.
+"""
+
+from tf_gdp.corpus import training_steps
+
+
+def language_model(*, cell: str = "lstm", layers: int, hidden: int, seq: int,
+                   batch: int, vocab: int = 10000, learning_rate: float = 0.1,
+                   seed: int = 0):
+  """The step of an unrolled `cell` ('lstm' or 'gru') language model."""
+  tf, tf_keras = training_steps.libraries()
+  tf_keras.backend.clear_session()
+  layer_class = {"lstm": tf_keras.layers.LSTM,
+                 "gru": tf_keras.layers.GRU}[cell]
+  rng = tf.random.Generator.from_seed(seed)
+  tokens = tf.Variable(rng.uniform([batch, seq + 1], 0, vocab, dtype=tf.int32),
+                       trainable=False, name="tokens")
+  model = tf_keras.Sequential(
+      [tf_keras.Input(shape=(seq,), batch_size=batch, dtype="int32"),
+       tf_keras.layers.Embedding(vocab, hidden, name="embedding")]
+      + [layer_class(hidden, return_sequences=True, unroll=True,
+                     name=f"{cell}{i}") for i in range(layers)]
+      + [tf_keras.layers.Dense(vocab, name="softmax")])
+  variables = model.trainable_variables
+
+  def loss(logits):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tokens[:, 1:], logits))
+
+  return training_steps.supervised_step(
+      tf, lambda: model(tokens[:, :-1], training=True), variables, loss,
+      training_steps.Optimizer(variables, "momentum", learning_rate))

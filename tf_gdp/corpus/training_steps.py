@@ -1,0 +1,115 @@
+"""Training steps of real model code: Keras applications and their updates.
+
+A corpus graph is one training step: forward, loss, backward and the
+optimizer's update of every weight, as a user's `tf.function` would run it.
+Inputs and labels live in non-trainable variables, so a step needs no feeds
+and the graph's shapes (which price every op) are fixed. Each builder
+returns the step function for `extract.from_function`.
+"""
+
+import numpy as np
+
+
+def libraries():
+  """TensorFlow and tf_keras, with the environment the bridge needs."""
+  from grappler_bridge import tf_env  # pylint: disable=g-import-not-at-top
+  tf_env.prepare_tensorflow_environment()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  return tf, tf_keras
+
+
+class Optimizer:
+  """SGD, momentum or Adam written as plain variable updates.
+
+  Keras optimizers create their slots lazily, inside the first trace, which
+  a traced step cannot do; here the slots are variables made up front, so
+  the graph holds them (their memory counts) and updates them as TF would.
+  """
+
+  def __init__(self, variables, kind: str = "sgd",
+               learning_rate: float = 0.01):
+    tf, _ = libraries()
+    if kind not in ("sgd", "momentum", "adam"):
+      raise ValueError(f"unknown optimizer {kind!r}")
+    self._tf = tf  # not looked up inside the traced step
+    self.variables, self.kind, self.learning_rate = (
+        list(variables), kind, learning_rate)
+    slots = {"sgd": (), "momentum": ("velocity",), "adam": ("m", "v")}[kind]
+    self.slots = {
+        slot: [tf.Variable(tf.zeros_like(v), trainable=False,
+                           name=f"{v.name.split(':')[0]}/{slot}")
+               for v in self.variables]
+        for slot in slots}
+
+  def apply(self, grads) -> None:
+    """One update of every variable with its gradient (None: unused)."""
+    tf = self._tf
+    rate = self.learning_rate
+    for i, (variable, grad) in enumerate(zip(self.variables, grads)):
+      if grad is None:
+        continue
+      if isinstance(grad, tf.IndexedSlices):
+        grad = tf.convert_to_tensor(grad)
+      if self.kind == "sgd":
+        variable.assign_sub(rate * grad)
+      elif self.kind == "momentum":
+        velocity = self.slots["velocity"][i]
+        velocity.assign(0.9 * velocity + grad)
+        variable.assign_sub(rate * velocity)
+      else:
+        m, v = self.slots["m"][i], self.slots["v"][i]
+        m.assign(0.9 * m + 0.1 * grad)
+        v.assign(0.999 * v + 0.001 * tf.square(grad))
+        variable.assign_sub(rate * m / (tf.sqrt(v) + 1e-7))
+
+
+def supervised_step(tf, model_fn, variables, loss_fn, optimizer: Optimizer):
+  """The step: loss of `model_fn()`, gradients, the optimizer's update."""
+
+  def step():
+    with tf.GradientTape() as tape:
+      loss = loss_fn(model_fn())
+    optimizer.apply(tape.gradient(loss, variables))
+    return loss
+
+  return step
+
+
+def keras_application(application: str, *, image_size: int, batch: int,
+                      classes: int = 10, optimizer: str = "sgd",
+                      learning_rate: float = 0.01, seed: int = 0, **kwargs):
+  """The training step of `tf_keras.applications.<application>`.
+
+  Random weights, `classes` outputs, softmax cross-entropy; `kwargs` go to
+  the application (e.g. `alpha=0.5`).
+  """
+  tf, tf_keras = libraries()
+  tf_keras.backend.clear_session()
+  model = getattr(tf_keras.applications, application)(
+      weights=None, input_shape=(image_size, image_size, 3), classes=classes,
+      classifier_activation=None, **kwargs)
+  rng = tf.random.Generator.from_seed(seed)
+  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
+                       trainable=False, name="images")
+  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
+                       trainable=False, name="labels")
+  variables = model.trainable_variables
+
+  def loss(logits):
+    return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+
+  return supervised_step(tf, lambda: model(images, training=True), variables,
+                         loss, Optimizer(variables, optimizer, learning_rate))
+
+
+def describe_application(application: str, *, image_size: int, batch: int,
+                         classes: int = 10, optimizer: str = "sgd",
+                         learning_rate: float = 0.01, **kwargs) -> str:
+  """One line: which application, at which size, with which update."""
+  extra = "".join(f", {k}={v}" for k, v in kwargs.items())
+  return (f"tf_keras.applications.{application}(weights=None, "
+          f"classes={classes}{extra}), {image_size}x{image_size}x3 images, "
+          f"batch {batch}, {optimizer} (learning rate "
+          f"{np.float32(learning_rate):g})")
