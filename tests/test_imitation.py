@@ -220,8 +220,14 @@ def test_a_run_with_a_ppo_checkpoint_does_not_imitate(tasks, tmp_path,
       trainer, imitation.ImitationConfig(epochs=5), log=lines.append) is None
   assert any("no imitation phase" in line for line in lines), lines
   assert not os.path.exists(run_dir.imitation_path(str(tmp_path)))
-  # Off: nothing is read or written at all.
+  # Off: nothing is searched or written.
   assert imitation.pretrain_phase(trainer, imitation.ImitationConfig()) is None
+  # An earlier session's statistics are the run's, whatever the flags now.
+  with open(run_dir.imitation_path(str(tmp_path)), "w", encoding="utf-8") as f:
+    json.dump({"epochs": 7}, f)
+  for epochs in (0, 5):
+    assert imitation.pretrain_phase(
+        trainer, imitation.ImitationConfig(epochs=epochs)) == {"epochs": 7}
 
 
 def test_pretrain_command_imitation_flags(tmp_path):

@@ -57,7 +57,7 @@ class ImitationConfig:
       evaluations.
     learning_rate: Adam step size.
     graphs_per_step: tasks per gradient step.
-    seed: the task order of each epoch, and the targets' search seed.
+    seed: the task order of each epoch.
     greedy_check: end with the greedy placements judged against the
       targets.
   """
@@ -167,10 +167,12 @@ def pretrain_phase(trainer, config: ImitationConfig, *,
   `trainer` is the run's `trainer.Trainer` (built, so restored if the root
   directory holds a run). Returns the statistics (read back from
   `<root_dir>/imitation.json` when an earlier session imitated), or None
-  when the phase is off or the run is past it.
+  when the phase is off or the run is past it. The targets are searched
+  with seed 0 whatever the run's seed: they are data, shared by runs that
+  differ only in their seed.
   """
   log = log or (lambda line: None)
-  if config.epochs <= 0 or not trainer.root_dir:
+  if not trainer.root_dir:
     return None
   marker = run_dir.imitation_path(trainer.root_dir)
   if os.path.isfile(marker):
@@ -180,12 +182,14 @@ def pretrain_phase(trainer, config: ImitationConfig, *,
     except (OSError, ValueError) as e:
       log(f"imitation ran before, but {marker} is unreadable ({e})")
       return None
+  if config.epochs <= 0:
+    return None
   if trainer.manager is not None and trainer.manager.latest_checkpoint:
     log("the run has a PPO checkpoint: no imitation phase")
     return None
   found = search_targets.targets(
       trainer.env.tasks, run_dir.targets_dir(trainer.root_dir),
-      evaluations=config.evaluations, seed=config.seed, log=log)
+      evaluations=config.evaluations, log=log)
   stats = imitate(trainer.policy, trainer.env, found, config=config, log=log)
   stats["search_evaluations"] = int(sum(t.evaluations for t in found))
   stats["targets"] = {t.task: {"method": t.method,
