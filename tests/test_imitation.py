@@ -73,8 +73,9 @@ def test_cached_targets_are_reused(tasks, cached, monkeypatch):
   cache, found = cached
   assert len(glob.glob(os.path.join(cache, "*.json"))) == len(tasks)
   calls = []
-  monkeypatch.setattr(search_targets, "search_target",
-                      lambda *a, **k: calls.append(a) or pytest.fail("searched"))
+  monkeypatch.setattr(
+      search_targets, "search_target",
+      lambda *a, **k: calls.append(a) or pytest.fail("searched"))
   again = search_targets.targets(tasks, cache, evaluations=EVALUATIONS)
   assert not calls
   for old, new in zip(found, again):
@@ -131,8 +132,8 @@ def _fresh(tasks):
 def test_imitation_learns_the_targets(tasks, cached):
   _, found = cached
   env, policy = _fresh(tasks)
-  stats = imitation.imitate(policy, env, found, config=imitation.ImitationConfig(
-      epochs=40, learning_rate=1e-2))
+  config = imitation.ImitationConfig(epochs=40, learning_rate=1e-2)
+  stats = imitation.imitate(policy, env, found, config=config)
   history = stats["history"]
   assert len(history) == 40 and stats["tasks"] == len(tasks)
   assert history[-1]["loss"] < 0.5 * history[0]["loss"]

@@ -166,8 +166,8 @@ def pretrain_phase(trainer, config: ImitationConfig, *,
 
   `trainer` is the run's `trainer.Trainer` (built, so restored if the root
   directory holds a run). Returns the statistics (read back from
-  `<root_dir>/imitation.json` when an earlier start of this run imitated), or None
-  when the phase is off or the run is past it. The targets are searched
+  `<root_dir>/imitation.json` when an earlier start of this run imitated),
+  or None when the phase is off or the run is past it. The targets are searched
   with seed 0 whatever the run's seed: they are data, shared by runs that
   differ only in their seed.
   """
