@@ -1,7 +1,7 @@
 """`auto`, the product's default: the best valid placement of everything here.
 
 Candidates, each repaired to fit memory (`baselines.repair`) and judged by
-the simulator on the same topology and costs:
+the simulator on the same topology and costs (`baselines.best_of`):
 
 * `gdp`: the learned policy, zero-shot, and fine-tuned when a budget is
   given (`gdp_method`, with that budget);
@@ -25,11 +25,8 @@ from typing import Optional
 
 import numpy as np
 
-from grappler_bridge import errors as grappler_errors
-
-from tf_gdp import errors
 from tf_gdp import gdp_method
-from tf_gdp.baselines import repair
+from tf_gdp.baselines import best_of
 
 AUTO = "auto"
 GDP = "gdp"
@@ -57,53 +54,26 @@ def place(graph, topology, *, budget_seconds: float = 0.0,
           policy: Optional[str] = None, samples: int = 16, seed: int = 0,
           extracted=None, log=None) -> AutoResult:
   """Every candidate of the module doc; the fastest valid one wins."""
-  from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   started = time.perf_counter()
-  found = {}  # name -> (placement, evaluations, priority)
-  skipped = {}
   gdp = gdp_method.place(
       graph, topology, budget_seconds=budget_seconds,
       budget_evaluations=budget_evaluations, policy=policy, samples=samples,
       seed=seed, extracted=extracted, log=log)
-  found[GDP] = (gdp[0], gdp[2], None)
   options = {"evaluations": budget_evaluations or (
       None if budget_seconds > 0 else SEARCH_EVALUATIONS),
              "seconds": budget_seconds or None}
   if options["evaluations"] is None:
     options["evaluations"] = 10**9  # the seconds end it
-  for name, kwargs in [(n, {}) for n in CANDIDATES] + [(LOCAL_SEARCH,
-                                                        options)]:
-    try:
-      result = baselines.run(name, graph, topology, seed=seed, **kwargs)
-    except errors.InputError as e:  # e.g. no expert rules for this graph
-      skipped[name] = grappler_errors.first_line(e)
-      continue
-    found[name] = (result.placement, result.evaluations, result.priority)
-  names = list(found)
-  fixed = repair.repair_batch(graph, topology,
-                              np.stack([found[n][0] for n in names]))
-  candidates = {}
-  for name, made in zip(names, fixed):
-    candidates[name] = {
-        "step_time_us": made.step_time_us if made.valid else None,
-        "valid": made.valid, "evaluations": found[name][1],
-        "repaired": made.changed}
-  valid = [i for i, made in enumerate(fixed) if made.valid]
-  if not valid:
-    raise errors.NoValidPlacementError(
-        f"no valid placement found for {graph.name!r} on {topology.name!r}: "
-        f"auto's candidates are all invalid after repair (first: "
-        f"{names[0]}: {fixed[0].reason})")
-  pick = min(valid, key=lambda i: (fixed[i].step_time_us, i))
-  winner = names[pick]
-  evaluations = sum(f[1] for f in found.values()) + sum(
-      made.evaluations for made in fixed)
-  details = {"winner": winner, "candidates": candidates, "skipped": skipped,
-             "gdp": gdp[3]}
-  if fixed[pick].changed:
+  found = best_of.best_of(
+      graph, topology, [(n, {}) for n in CANDIDATES] + [(LOCAL_SEARCH,
+                                                         options)],
+      seed=seed, given={GDP: (gdp[0], gdp[2], None)},
+      label="auto's candidates")
+  details = {"winner": found.method, "candidates": found.candidates,
+             "skipped": found.skipped, "gdp": gdp[3]}
+  if found.repaired:
     details["winner_repaired"] = True
-  priority = found[winner][2] if not fixed[pick].changed else None
-  return AutoResult(placement=fixed[pick].placement,
+  return AutoResult(placement=found.placement,
                     seconds=time.perf_counter() - started,
-                    evaluations=int(evaluations), details=details,
-                    priority=priority)
+                    evaluations=found.evaluations, details=details,
+                    priority=found.priority)

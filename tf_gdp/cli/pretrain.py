@@ -13,6 +13,12 @@ from `--root_dir` (same graphs and devices); the budget counts the whole
 run. Writes `<root_dir>/policy` (the policy, for `finetune` and zero-shot
 placement), `<root_dir>/best/*.json` (the best placement per graph),
 checkpoints and TensorBoard summaries (`tensorboard --logdir=<root_dir>`).
+
+With `--imitation_epochs=E`, PPO is preceded by imitation of search: each
+task's best placement of the one-shot baselines and a local search of
+`--imitation_evaluations` evaluations (cached in `<root_dir>/targets/`) is
+fitted by E epochs of cross-entropy (`tf_gdp.rl.imitation`; its statistics
+in `<root_dir>/imitation.json`). A resumed run does not imitate again.
 """
 
 import json
@@ -23,6 +29,8 @@ from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp.cli import graph_flags
 from tf_gdp.rl import cli_lib
+from tf_gdp.rl import imitation
+from tf_gdp.rl import search_targets
 from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp.rl import workflows
 
@@ -52,6 +60,16 @@ _POLICY_CONFIG = flags.DEFINE_string(
     "policy_config", None, "JSON object of further PolicyConfig fields, e.g. "
     "'{\"gnn_rounds\": 2, \"segment_length\": 64}'.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the policy and sampling.")
+_IMITATION_EPOCHS = flags.DEFINE_integer(
+    "imitation_epochs", 0, "Before PPO, epochs of supervised imitation of "
+    "each task's search target (the best valid placement of the one-shot "
+    "baselines and a local search); 0: none. Adam at --learning_rate, "
+    "--graphs_per_iteration tasks per step. Skipped on a resumed run.",
+    lower_bound=0)
+_IMITATION_EVALUATIONS = flags.DEFINE_integer(
+    "imitation_evaluations", search_targets.DEFAULT_EVALUATIONS,
+    "Simulator evaluations of each imitation target's local search.",
+    lower_bound=1)
 _SIGNATURE = graph_flags.define_signature(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
@@ -78,9 +96,14 @@ def main(argv):
                             signature=_SIGNATURE.value)
   tasks = tasks_lib.placement_tasks(items, _DEVICES.value,
                                     log=cli_lib.progress)
+  imitation_config = imitation.ImitationConfig(
+      epochs=_IMITATION_EPOCHS.value,
+      evaluations=_IMITATION_EVALUATIONS.value,
+      learning_rate=_TRAINING.learning_rate.value,
+      graphs_per_step=_GRAPHS_PER_ITERATION.value, seed=_SEED.value)
   result = workflows.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,
-      log=cli_lib.progress)
+      imitation=imitation_config, log=cli_lib.progress)
   cli_lib.print_result(result)
   print(f"policy: {_ROOT_DIR.value}/policy")

@@ -213,10 +213,15 @@ class Topology:
 
 
 def _gpu_box(name: str, gpu_spec: str, count: int, gpu_memory: int,
-             wiring: interconnects.Wiring) -> Topology:
-  """`count` GPUs plus the host CPU, linked by `wiring`'s channels."""
+             wiring: interconnects.Wiring,
+             speeds: Optional[Sequence[float]] = None) -> Topology:
+  """`count` GPUs plus the host CPU, linked by `wiring`'s channels.
+
+  `speeds`: each GPU's speed relative to `gpu_spec` (default all 1).
+  """
+  speeds = speeds or [1.0] * count
   devices = [Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}", "GPU",
-                    gpu_memory) for i in range(count)]
+                    gpu_memory, speeds[i]) for i in range(count)]
   devices.append(Device("/job:localhost/replica:0/task:0/device:CPU:0", "CPU",
                         _HOST_MEMORY))
   return custom(name, devices, None, wiring.latency_us,
@@ -280,12 +285,23 @@ def local_gpus(count: int, gpu_spec: str, gpu_memory_bytes: int) -> Topology:
                   interconnects.pcie(count))
 
 
-# Presets: two or four PCIe 3.0 GPUs (four: two per PCIe switch, sharing its
-# uplink), a DGX-1V and a DGX H100; figures, wiring and sources in
-# `interconnects`.
+# Presets: two, three or four PCIe 3.0 GPUs (four: two per PCIe switch,
+# sharing its uplink), a DGX-1V and a DGX H100; figures, wiring and sources in
+# `interconnects`. Two variants of the four-GPU box: `p100x4-12g` with the
+# 12 GB P100 (the PCIe card's smaller model; memory-tight), and `mixed4`,
+# two P100s beside two GPUs at half their speed (a box with an older pair).
 _PRESETS = {
     "p100x2": lambda: _gpu_box("p100x2", "p100", 2, 16 * GIB,
                                interconnects.pcie(2)),
+    "p100x3": lambda: _gpu_box("p100x3", "p100", 3, 16 * GIB,
+                               interconnects.pcie(3)),
+    "p100x4-12g": lambda: _gpu_box(
+        "p100x4-12g", "p100", 4, 12 * GIB, interconnects.pcie(
+            4, gpus_per_switch=interconnects.PCIE_BOX_GPUS_PER_SWITCH)),
+    "mixed4": lambda: _gpu_box(
+        "mixed4", "p100", 4, 16 * GIB, interconnects.pcie(
+            4, gpus_per_switch=interconnects.PCIE_BOX_GPUS_PER_SWITCH),
+        speeds=[1.0, 1.0, 0.5, 0.5]),
     "p100x4": lambda: _gpu_box(
         "p100x4", "p100", 4, 16 * GIB, interconnects.pcie(
             4, gpus_per_switch=interconnects.PCIE_BOX_GPUS_PER_SWITCH)),

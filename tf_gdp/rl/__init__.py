@@ -10,7 +10,9 @@ backends), `observations` (its padded observation specs), `rewards` (the
 reward, its reference, evaluation records), `actor_network` (tf-agents
 actor and critic around the policy), `ppo` (the PPO agent), `trainer` (the
 training loop and checkpoints), `train_config` (its settings and budgets),
-`experience` (sampling and PPO's rows), `exploration` (pipeline pushes,
+`train_result` (what a run ends with), `search_targets` (the best search
+placement per task, cached) and `imitation` (the supervised phase that fits
+the policy to them before PPO), `experience` (sampling and PPO's rows), `exploration` (pipeline pushes,
 entropy floor), `run_dir` (a training root directory and its lock),
 `policy_io` (policies on disk), `workflows` (pretrain / finetune /
 zeroshot), `tasks` (placement tasks from graph specs), `outputs` (best placements:
@@ -36,7 +38,7 @@ from tf_gdp.rl.rewards import placement_reward
 from tf_gdp.rl.train_config import Budget
 from tf_gdp.rl.train_config import TrainConfig
 from tf_gdp.rl.trainer import Trainer
-from tf_gdp.rl.trainer import TrainResult
+from tf_gdp.rl.train_result import TrainResult
 from tf_gdp.rl.workflows import ZeroShotResult
 from tf_gdp.rl.workflows import finetune
 from tf_gdp.rl.workflows import pretrain

@@ -18,7 +18,7 @@ from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import exploration
 from tf_gdp.rl import ppo
 from tf_gdp.rl import train_config as train_config_lib
-from tf_gdp.rl import trainer
+from tf_gdp.rl import train_result
 
 
 def budget(*, seconds: Optional[float], evaluations: Optional[int],
@@ -222,8 +222,10 @@ def progress(line: str) -> None:
   sys.stderr.flush()
 
 
-def print_result(result: trainer.TrainResult) -> None:
+def print_result(result: train_result.TrainResult) -> None:
   """One line per task: best step time against the reference."""
+  if result.imitation:
+    print(imitation_line(result.imitation))
   print(f"{result.iterations} iterations, {result.evaluations} evaluations, "
         f"{result.seconds:.0f} s")
   for name, best in result.best.items():
@@ -239,3 +241,15 @@ def print_result(result: trainer.TrainResult) -> None:
     print(f"  {name}: best {best.step_time_us / 1e3:.3f} ms ({best.source}d), "
           f"{reference.method} {reference_us / 1e3:.3f} ms ({best.source}d)"
           + (f", speedup {speedup:.3f}x" if math.isfinite(speedup) else ""))
+
+
+def imitation_line(stats: dict) -> str:
+  """The imitation phase in one line (`imitation.imitate`'s statistics)."""
+  def number(key, digits):
+    value = stats.get(key)
+    return "-" if value is None or not math.isfinite(value) else (
+        f"{value:.{digits}f}")
+  return (f"imitation: {stats.get('epochs', 0)} epochs over "
+          f"{stats.get('tasks', 0)} tasks, loss {number('loss', 4)}, "
+          f"accuracy {number('accuracy', 3)}, greedy / target "
+          f"{number('greedy_ratio', 3)} (geomean)")

@@ -7,6 +7,10 @@
   <root>/checkpoints/      the trainer's checkpoints
   <root>/train/            TensorBoard summaries
   <root>/policy/           the exported policy (`policy_io.save_policy`)
+  <root>/targets/          pretrain's imitation targets, one file per task
+                           (`search_targets`)
+  <root>/imitation.json    the imitation phase's statistics, written when
+                           it ends (`imitation`)
 
 A resumed run must train on the same tasks (`check_run_file`), and only one
 process at a time may train into a root directory (`lock_root_dir`).
@@ -22,6 +26,8 @@ from tf_gdp.graph import identity
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
+IMITATION_FILE = "imitation.json"
+TARGETS_DIR = "targets"
 # Root directories this process holds the lock of: path -> open lock file.
 _HELD_LOCKS = {}
 
@@ -76,3 +82,13 @@ def check_run_file(root_dir: str, tasks) -> None:
 def best_path(root_dir: str, task) -> str:
   """Where a task's best placement is kept."""
   return os.path.join(root_dir, "best", identity.safe_name(task.name) + ".json")
+
+
+def imitation_path(root_dir: str) -> str:
+  """Where the imitation phase's statistics are kept (its end marker)."""
+  return os.path.join(root_dir, IMITATION_FILE)
+
+
+def targets_dir(root_dir: str) -> str:
+  """Where the imitation targets are cached."""
+  return os.path.join(root_dir, TARGETS_DIR)

@@ -1,11 +1,12 @@
-"""PPO training of a placement policy: `Trainer` and what a run ends with.
+"""PPO training of a placement policy: `Trainer`.
 
     trainer = Trainer(env, policy, config=train_config.TrainConfig(),
                       root_dir=d)
     result = trainer.run(train_config.Budget(seconds=600))
 
 The workflows built on it (pretrain, finetune, zeroshot) are in `workflows`;
-the loop's settings and budgets in `train_config`.
+the loop's settings and budgets in `train_config`; what a run ends with in
+`train_result`.
 
 One iteration of `Trainer`:
   1. draw `graphs_per_iteration` tasks (all of them when there are fewer);
@@ -38,7 +39,6 @@ to `<root_dir>/train` (rewards, best step time, entropy, PPO losses). The
 root directory's layout and lock: `run_dir`.
 """
 
-import dataclasses
 import json
 import logging
 import math
@@ -60,41 +60,7 @@ from tf_gdp.rl import outputs
 from tf_gdp.rl import ppo as ppo_lib
 from tf_gdp.rl import run_dir
 from tf_gdp.rl import train_config
-
-
-@dataclasses.dataclass
-class TrainResult:
-  """What a training run ended with.
-
-  Attributes:
-    iterations, evaluations, seconds: totals over the run (resumes included).
-    best: task name -> Best (None if no valid placement was found).
-    references: task name -> the reward's reference placement.
-    measured_references: task name -> the reference's measured step time
-      (us), for the measure and mix backends (None if never measured).
-    history: one dict per iteration of this session (iteration,
-      evaluations, seconds, reward_mean, best_ratio, entropy, loss).
-    root_dir: where checkpoints and outputs went (None if nowhere).
-    measurements: distinct placements run on the TF runtime in this session
-      (measure and mix backends; evaluations count cached repeats too).
-  """
-  iterations: int
-  evaluations: int
-  seconds: float
-  best: dict
-  references: dict
-  history: list
-  root_dir: Optional[str] = None
-  measured_references: dict = dataclasses.field(default_factory=dict)
-  measurements: int = 0
-
-  def best_step_time_us(self, name: Optional[str] = None) -> float:
-    if name is None:
-      if len(self.best) != 1:
-        raise ValueError("name the task: the run placed several")
-      name = next(iter(self.best))
-    best = self.best[name]
-    return best.step_time_us if best is not None else math.inf
+from tf_gdp.rl import train_result
 
 
 class Trainer:
@@ -383,7 +349,7 @@ class Trainer:
 
   # ---- the loop ----------------------------------------------------------------
 
-  def run(self, budget: train_config.Budget) -> TrainResult:
+  def run(self, budget: train_config.Budget) -> train_result.TrainResult:
     """Trains until the budget is spent; checkpoints and logs on the way."""
     started = time.perf_counter()
     base_seconds = float(self.seconds.numpy())
@@ -442,8 +408,8 @@ class Trainer:
       self._log(self.progress_line(self.history[-1], 0.0))
     return self.result()
 
-  def result(self) -> TrainResult:
-    return TrainResult(
+  def result(self) -> train_result.TrainResult:
+    return train_result.TrainResult(
         iterations=int(self.iteration.numpy()),
         evaluations=int(self.env.evaluations),
         seconds=float(self.seconds.numpy()),

@@ -7,8 +7,9 @@
                                 budget=train_config.Budget(evaluations=2000))
     shot = workflows.zeroshot(d + "/policy", graph, topology, samples=16)
 
-`pretrain` and `finetune` run a `trainer.Trainer`; `zeroshot` is one forward
-pass and a batch of simulations.
+`pretrain` and `finetune` run a `trainer.Trainer` (`pretrain` optionally
+after imitating search, `imitation`); `zeroshot` is one forward pass and a
+batch of simulations.
 """
 
 import dataclasses
@@ -28,8 +29,10 @@ from tf_gdp.policy import features
 from tf_gdp.rl import environment
 from tf_gdp.rl import experience
 from tf_gdp.rl import exploration
+from tf_gdp.rl import imitation as imitation_lib
 from tf_gdp.rl import policy_io
 from tf_gdp.rl import train_config
+from tf_gdp.rl import train_result
 from tf_gdp.rl import trainer as trainer_lib
 
 
@@ -89,8 +92,9 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
              policy_config: Optional[dict] = None,
              config: Optional[train_config.TrainConfig] = None,
              env_options: Optional[dict] = None,
+             imitation: Optional[imitation_lib.ImitationConfig] = None,
              log: Optional[Callable[[str], None]] = None
-             ) -> trainer_lib.TrainResult:
+             ) -> train_result.TrainResult:
   """Trains a fresh policy on many graphs; exports it to `<root_dir>/policy`.
 
   Args:
@@ -102,6 +106,10 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
     policy_config: PolicyConfig fields of the fresh policy.
     config: training loop settings.
     env_options: further `PlacementEnv` arguments (backend, measure_target).
+    imitation: with epochs > 0, the policy first imitates each task's search
+      target (`imitation.pretrain_phase`; not on a resumed run); its
+      statistics are the result's `imitation`. Its evaluations and
+      seconds are not PPO's and do not count against the budget.
     log: progress line sink.
   """
   tasks = []
@@ -121,7 +129,9 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
   try:
     trainer = trainer_lib.Trainer(env, policy, config=config,
                                   root_dir=root_dir, log=log)
-    result = trainer.run(budget)
+    imitated = imitation_lib.pretrain_phase(
+        trainer, imitation or imitation_lib.ImitationConfig(), log=log)
+    result = dataclasses.replace(trainer.run(budget), imitation=imitated)
   finally:
     env.close()
   policy_io.save_policy(policy, os.path.join(root_dir, "policy"))
@@ -135,7 +145,7 @@ def finetune(policy_path: str, task, topology=None, *,
              env_options: Optional[dict] = None,
              log: Optional[Callable[[str], None]] = None,
              entropy_floor: float = exploration.ENTROPY_FLOOR
-             ) -> trainer_lib.TrainResult:
+             ) -> train_result.TrainResult:
   """Continues training a saved policy on one graph.
 
   `task` is a PlacementTask, or an OpGraph with `topology`. The budget is

@@ -1,0 +1,249 @@
+"""Imitation of search: targets, their cache, the supervised phase, pretrain."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+# tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it.
+from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
+from tf_gdp import baselines
+from tf_gdp import graph_specs
+from tf_gdp.cost import simulator
+from tf_gdp.policy import features
+from tf_gdp.rl import imitation
+from tf_gdp.rl import policy_io
+from tf_gdp.rl import run_dir
+from tf_gdp.rl import search_targets
+from tf_gdp.rl import tasks as tasks_lib
+from tf_gdp.rl import train_config
+from tf_gdp.rl import workflows
+
+TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
+               "placer_layers": 1, "num_heads": 2, "ffn_size": 32,
+               "segment_length": 8, "memory_length": 8}
+GRAPHS = "layered:30,cells:40"
+DEVICES = "p100x2"
+EVALUATIONS = 200  # the targets' local search: small, the graphs are too
+
+
+@pytest.fixture(scope="module")
+def tasks():
+  return tasks_lib.placement_tasks(graph_specs.parse(GRAPHS), [DEVICES])
+
+
+@pytest.fixture(scope="module")
+def cached(tasks, tmp_path_factory):
+  """(cache dir, targets) searched once for the module."""
+  cache = str(tmp_path_factory.mktemp("targets"))
+  return cache, search_targets.targets(tasks, cache, evaluations=EVALUATIONS)
+
+
+def test_targets_are_valid_and_no_worse_than_one_device(tasks, cached):
+  _, found = cached
+  for task, target in zip(tasks, found):
+    assert target.task == task.name and target.method is not None
+    judged = simulator.simulate(task.graph, target.placement, task.topology)
+    assert judged.valid
+    assert not simulator.constraint_problems(task.graph, target.placement,
+                                             task.topology)
+    assert judged.step_time_us == pytest.approx(target.step_time_us)
+    single = baselines.run("single_device", task.graph, task.topology)
+    assert target.step_time_us <= single.info["simulated_step_time_us"]
+    # The winner is the fastest valid candidate; the local search ran.
+    valid_times = [c["step_time_us"] for c in target.candidates.values()
+                   if c["valid"]]
+    assert target.step_time_us == min(valid_times)
+    assert target.candidates["local_search"]["evaluations"] == EVALUATIONS
+    assert target.evaluations >= EVALUATIONS
+    # Generated graphs have no expert rules: skipped, and said so.
+    assert "human_expert" in target.skipped
+    inputs = features.policy_inputs(task.graph, task.topology)
+    np.testing.assert_array_equal(
+        features.group_to_node_placement(inputs, target.group_devices),
+        target.placement)
+
+
+def test_cached_targets_are_reused(tasks, cached, monkeypatch):
+  cache, found = cached
+  assert len(glob.glob(os.path.join(cache, "*.json"))) == len(tasks)
+  calls = []
+  monkeypatch.setattr(
+      search_targets, "search_target",
+      lambda *a, **k: calls.append(a) or pytest.fail("searched"))
+  again = search_targets.targets(tasks, cache, evaluations=EVALUATIONS)
+  assert not calls
+  for old, new in zip(found, again):
+    assert (old.method, old.step_time_us) == (new.method, new.step_time_us)
+    np.testing.assert_array_equal(old.placement, new.placement)
+  # Another budget is another target.
+  other = search_targets.cache_path(cache, tasks[0], EVALUATIONS + 1)
+  assert other != search_targets.cache_path(cache, tasks[0], EVALUATIONS)
+
+
+def _rewrite(path, edit):
+  with open(path, encoding="utf-8") as f:
+    doc = json.load(f)
+  edit(doc)
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(doc, f)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "time", "device",
+                                    "graph"])
+def test_a_damaged_cache_file_is_searched_again(tasks, cached, tmp_path,
+                                                damage):
+  source, found = cached
+  cache = str(tmp_path)
+  task = tasks[0]
+  path = search_targets.cache_path(cache, task, EVALUATIONS)
+  with open(search_targets.cache_path(source, task, EVALUATIONS),
+            encoding="utf-8") as f:
+    text = f.read()
+  with open(path, "w", encoding="utf-8") as f:
+    f.write({"garbage": "{not json", "truncated": text[:len(text) // 2]}.get(
+        damage, text))
+  if damage == "time":
+    _rewrite(path, lambda d: d.update(step_time_us=d["step_time_us"] / 2))
+  elif damage == "device":
+    _rewrite(path, lambda d: d["placement"].__setitem__(0, 7))
+  elif damage == "graph":
+    _rewrite(path, lambda d: d.update(fingerprint="0" * 64))
+  lines = []
+  (again,) = search_targets.targets([task], cache, evaluations=EVALUATIONS,
+                                    log=lines.append)
+  assert any("searching again" in line for line in lines), lines
+  assert again.step_time_us == found[0].step_time_us
+  np.testing.assert_array_equal(again.placement, found[0].placement)
+  # The file was rewritten whole.
+  assert search_targets.read_target(path, task, EVALUATIONS, 0)[0] is not None
+
+
+def _fresh(tasks):
+  return (environment.PlacementEnv(tasks),
+          policy_io.build_policy(dict(TINY_POLICY, seed=3)))
+
+
+def test_imitation_learns_the_targets(tasks, cached):
+  _, found = cached
+  env, policy = _fresh(tasks)
+  config = imitation.ImitationConfig(epochs=40, learning_rate=1e-2)
+  stats = imitation.imitate(policy, env, found, config=config)
+  history = stats["history"]
+  assert len(history) == 40 and stats["tasks"] == len(tasks)
+  assert history[-1]["loss"] < 0.5 * history[0]["loss"]
+  # Two devices: a uniform guess is right half the time.
+  assert stats["accuracy"] >= 0.9
+  assert stats["loss"] < history[0]["loss"]
+  for task, target in zip(tasks, found):
+    greedy = stats["greedy"][task.name]
+    assert greedy["valid"] and greedy["target_us"] == target.step_time_us
+  assert stats["greedy_ratio"] <= 1.05
+
+
+def test_imitation_is_deterministic_for_a_seed(tasks, cached):
+  _, found = cached
+  config = imitation.ImitationConfig(epochs=3, learning_rate=1e-2, seed=5,
+                                     graphs_per_step=1, greedy_check=False)
+  assert config.graphs_per_step < len(tasks)  # the seeded order matters
+  runs = []
+  for _ in range(2):
+    env, policy = _fresh(tasks)
+    runs.append(imitation.imitate(policy, env, found, config=config))
+  for a, b in zip(runs[0]["history"], runs[1]["history"]):
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    assert a["accuracy"] == b["accuracy"]
+
+
+def test_tasks_without_a_target_are_left_out(tasks, cached):
+  _, found = cached
+  missing = search_targets.Target(
+      task=tasks[1].name, method=None, step_time_us=float("nan"),
+      evaluations=0, group_devices=None, placement=None, candidates={},
+      skipped={}, reason="no valid placement")
+  env, policy = _fresh(tasks)
+  stats = imitation.imitate(policy, env, [found[0], missing],
+                            config=imitation.ImitationConfig(epochs=1))
+  assert stats["tasks"] == 1 and stats["without_target"] == [tasks[1].name]
+  assert list(stats["greedy"]) == [tasks[0].name]
+
+
+def _pretrain(tasks, root, iterations, epochs, lines):
+  return workflows.pretrain(
+      tasks, budget=train_config.Budget(iterations=iterations),
+      root_dir=root, policy_config=dict(TINY_POLICY, placer="feedforward"),
+      config=train_config.TrainConfig(samples_per_graph=4,
+                                      log_every_seconds=1e9,
+                                      checkpoint_every_seconds=1e9),
+      imitation=imitation.ImitationConfig(epochs=epochs,
+                                          evaluations=EVALUATIONS),
+      log=lines.append)
+
+
+def test_pretrain_imitates_first_and_resumes_without_imitating(
+    tasks, tmp_path, monkeypatch):
+  root = str(tmp_path / "run")
+  lines = []
+  first = _pretrain(tasks, root, 1, 5, lines)
+  assert first.iterations == 1
+  assert first.imitation["epochs"] == 5 and len(first.imitation["history"]) == 5
+  assert set(first.imitation["targets"]) == {t.name for t in tasks}
+  assert any(line.startswith("imitation epoch 5/5") for line in lines)
+  with open(run_dir.imitation_path(root), encoding="utf-8") as f:
+    marker = json.load(f)
+  assert marker["loss"] == pytest.approx(first.imitation["loss"])
+  assert len(os.listdir(run_dir.targets_dir(root))) == len(tasks)
+  # Resumed: neither the targets nor the fit run again; the stats are kept.
+  monkeypatch.setattr(imitation, "imitate",
+                      lambda *a, **k: pytest.fail("imitated again"))
+  monkeypatch.setattr(search_targets, "targets",
+                      lambda *a, **k: pytest.fail("searched again"))
+  second = _pretrain(tasks, root, 2, 5, [])
+  assert second.iterations == 2
+  assert second.imitation["loss"] == pytest.approx(first.imitation["loss"])
+
+
+def test_a_run_with_a_ppo_checkpoint_does_not_imitate(tasks, tmp_path,
+                                                      monkeypatch):
+  # The phase reads only the trainer's root, checkpoint manager, env, policy.
+  trainer = types.SimpleNamespace(
+      root_dir=str(tmp_path), env=None, policy=None,
+      manager=types.SimpleNamespace(latest_checkpoint="ckpt-3"))
+  monkeypatch.setattr(search_targets, "targets",
+                      lambda *a, **k: pytest.fail("searched"))
+  lines = []
+  assert imitation.pretrain_phase(
+      trainer, imitation.ImitationConfig(epochs=5), log=lines.append) is None
+  assert any("no imitation phase" in line for line in lines), lines
+  assert not os.path.exists(run_dir.imitation_path(str(tmp_path)))
+  # Off: nothing is searched or written.
+  assert imitation.pretrain_phase(trainer, imitation.ImitationConfig()) is None
+  # An earlier session's statistics are the run's, whatever the flags now.
+  with open(run_dir.imitation_path(str(tmp_path)), "w", encoding="utf-8") as f:
+    json.dump({"epochs": 7}, f)
+  for epochs in (0, 5):
+    assert imitation.pretrain_phase(
+        trainer, imitation.ImitationConfig(epochs=epochs)) == {"epochs": 7}
+
+
+def test_pretrain_command_imitation_flags(tmp_path):
+  root = str(tmp_path / "run")
+  args = [sys.executable, "-m", "tf_gdp", "pretrain", "--graphs=layered:30",
+          f"--devices={DEVICES}", f"--root_dir={root}",
+          "--budget_iterations=1", "--samples=4", "--placer=feedforward",
+          "--imitation_epochs=2", f"--imitation_evaluations={EVALUATIONS}",
+          "--policy_config=" + json.dumps(TINY_POLICY)]
+  done = subprocess.run(args, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+                        text=True, capture_output=True, timeout=300,
+                        check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "imitation epoch 2/2" in done.stderr
+  assert done.stdout.startswith("imitation: 2 epochs over 1 tasks, loss ")
+  (target,) = os.listdir(run_dir.targets_dir(root))
+  assert target.endswith(f"-{EVALUATIONS}.json")
+  assert os.path.isfile(run_dir.imitation_path(root))

@@ -1,0 +1,283 @@
+"""Imitation of search: a supervised phase before PPO.
+
+A fresh policy samples near-uniform placements, and PPO from there spends
+thousands of evaluations rediscovering what a plain search already knows.
+Pre-training can therefore start by fitting the policy to each task's
+search target (`search_targets`: the best valid placement of the one-shot
+baselines and a budgeted local search): minimise the mean cross-entropy of
+the policy's logits [groups, devices] (`actor_network.shared_logits`, the
+logits PPO samples from) against the target's device per colocation group,
+over the real groups of each graph (padding groups and devices masked as
+in the environment), each graph weighing the same. Adam; `epochs` passes
+over the tasks in an order drawn from the seed, `graphs_per_step` graphs
+per gradient step.
+
+    stats = imitation.imitate(policy, env, found, config=ImitationConfig(
+        epochs=30))
+
+Per epoch the statistics give the mean loss and the accuracy (the fraction
+of groups whose most likely device is the target's) seen while training;
+at the end, one more pass gives the final loss and accuracy and the greedy
+placement of every task, repaired to fit memory as zero-shot placements are
+(`workflows.zeroshot`), and its step time over the target's.
+
+`pretrain_phase` is the phase inside `workflows.pretrain`: targets cached
+under `<root_dir>/targets/`, the statistics written to
+`<root_dir>/imitation.json` at the end, and a checkpoint saved right after,
+so that a resumed run (one with a checkpoint or that file) never imitates
+again.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tf_gdp import fileio
+from tf_gdp.baselines import repair
+from tf_gdp.policy import features
+from tf_gdp.rl import actor_network
+from tf_gdp.rl import environment
+from tf_gdp.rl import run_dir
+from tf_gdp.rl import search_targets
+
+
+@dataclasses.dataclass(frozen=True)
+class ImitationConfig:
+  """Settings of the imitation phase.
+
+  Attributes:
+    epochs: passes over the tasks (0: no imitation phase).
+    evaluations: the targets' local-search budget, in simulator
+      evaluations.
+    learning_rate: Adam step size.
+    graphs_per_step: tasks per gradient step.
+    seed: the task order of each epoch.
+    greedy_check: end with the greedy placements judged against the
+      targets.
+  """
+  epochs: int = 0
+  evaluations: int = search_targets.DEFAULT_EVALUATIONS
+  learning_rate: float = 1e-3
+  graphs_per_step: int = 4
+  seed: int = 0
+  greedy_check: bool = True
+
+  def __post_init__(self):
+    if (self.epochs < 0 or self.evaluations < 1 or self.learning_rate <= 0
+        or self.graphs_per_step < 1):
+      raise ValueError(
+          "imitation needs epochs >= 0, evaluations >= 1, learning_rate > 0 "
+          f"and graphs_per_step >= 1; got {self}")
+
+
+def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
+            targets: Sequence[search_targets.Target], *,
+            config: ImitationConfig,
+            log: Optional[Callable[[str], None]] = None) -> dict:
+  """Fits `policy` to the targets of `env`'s tasks; returns the statistics.
+
+  `targets[i]` belongs to task i; tasks without a target (`method` None)
+  are left out. Statistics: epochs, tasks, without_target (task names),
+  history (per epoch: epoch, loss, accuracy, seconds), loss and accuracy
+  (a last pass after training), greedy (task -> step_time_us, target_us,
+  ratio, valid), greedy_ratio (geometric mean of the ratios, valid greedy
+  placements only; NaN without any), evaluations (the greedy check's
+  simulations), seconds.
+  """
+  log = log or (lambda line: None)
+  started = time.perf_counter()
+  if len(targets) != env.num_tasks:
+    raise ValueError(f"{len(targets)} targets for {env.num_tasks} tasks")
+  indices = [i for i, t in enumerate(targets) if t.method is not None]
+  stats = {"epochs": int(config.epochs), "tasks": len(indices),
+           "without_target": [t.task for t in targets if t.method is None],
+           "history": [], "greedy": {}, "evaluations": 0}
+  if not indices:
+    log("imitation: no task has a target; nothing to imitate")
+    return dict(stats, loss=math.nan, accuracy=math.nan,
+                greedy_ratio=math.nan, seconds=time.perf_counter() - started)
+  labels, masks = _labels(env, targets)
+  variables = _built_variables(policy, env, indices[0])
+  optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+  optimizer.build(variables)
+
+  @tf.function(reduce_retracing=True)
+  def train_step(observation, label, mask):
+    with tf.GradientTape() as tape:
+      logits = actor_network.shared_logits(policy, observation, training=True)
+      loss, hits = _loss_and_hits(logits, label, mask)
+    gradients = tape.gradient(loss, variables)
+    optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables)
+                               if g is not None])
+    return loss, hits
+
+  groups = float(sum(masks[i].sum() for i in indices))
+  for epoch in range(1, config.epochs + 1):
+    clock = time.perf_counter()
+    order = np.random.default_rng((config.seed, epoch)).permutation(indices)
+    total_loss = total_hits = 0.0
+    for batch in _batches(order, config.graphs_per_step):
+      loss, hits = train_step(_stack(env, batch), labels[batch], masks[batch])
+      total_loss += float(loss) * len(batch)
+      total_hits += float(hits)
+    row = {"epoch": epoch, "loss": total_loss / len(indices),
+           "accuracy": total_hits / groups,
+           "seconds": time.perf_counter() - clock}
+    stats["history"].append(row)
+    log(f"imitation epoch {epoch}/{config.epochs}: loss {row['loss']:.4f}, "
+        f"accuracy {row['accuracy']:.3f}")
+  loss, accuracy, greedy = _final_pass(policy, env, indices, labels, masks,
+                                       config.graphs_per_step)
+  stats.update(loss=loss, accuracy=accuracy)
+  ratios = []
+  if config.greedy_check:
+    for i in indices:
+      task, target = env.tasks[i], targets[i]
+      placement = features.group_to_node_placement(
+          env.inputs(i), greedy[i][:env.inputs(i).num_groups])
+      fixed = repair.repair(task.graph, task.topology, placement)
+      stats["evaluations"] += int(fixed.evaluations)
+      ratio = fixed.step_time_us / target.step_time_us
+      stats["greedy"][task.name] = {
+          "step_time_us": float(fixed.step_time_us),
+          "target_us": float(target.step_time_us), "ratio": float(ratio),
+          "valid": bool(fixed.valid), "repaired": bool(fixed.changed)}
+      if fixed.valid:
+        ratios.append(ratio)
+  stats["greedy_ratio"] = (float(np.exp(np.mean(np.log(ratios))))
+                           if ratios else math.nan)
+  stats["seconds"] = time.perf_counter() - started
+  log(f"imitation done: loss {loss:.4f}, accuracy {accuracy:.3f}"
+      + (f", greedy / target {stats['greedy_ratio']:.3f} (geomean)"
+         if ratios else ""))
+  return stats
+
+
+def pretrain_phase(trainer, config: ImitationConfig, *,
+                   log: Optional[Callable[[str], None]] = None
+                   ) -> Optional[dict]:
+  """The imitation phase of a pretrain run (module doc); its statistics.
+
+  `trainer` is the run's `trainer.Trainer` (built, so restored if the root
+  directory holds a run). Returns the statistics (read back from
+  `<root_dir>/imitation.json` when an earlier start of this run imitated),
+  or None when the phase is off or the run is past it. The targets are searched
+  with seed 0 whatever the run's seed: they are data, shared by runs that
+  differ only in their seed.
+  """
+  log = log or (lambda line: None)
+  if not trainer.root_dir:
+    return None
+  marker = run_dir.imitation_path(trainer.root_dir)
+  if os.path.isfile(marker):
+    try:
+      with open(marker, encoding="utf-8") as f:
+        return json.load(f)
+    except (OSError, ValueError) as e:
+      log(f"imitation ran before, but {marker} is unreadable ({e})")
+      return None
+  if config.epochs <= 0:
+    return None
+  if trainer.manager is not None and trainer.manager.latest_checkpoint:
+    log("the run has a PPO checkpoint: no imitation phase")
+    return None
+  found = search_targets.targets(
+      trainer.env.tasks, run_dir.targets_dir(trainer.root_dir),
+      evaluations=config.evaluations, log=log)
+  stats = imitate(trainer.policy, trainer.env, found, config=config, log=log)
+  stats["search_evaluations"] = int(sum(t.evaluations for t in found))
+  stats["targets"] = {t.task: {"method": t.method,
+                               "step_time_us": _finite(t.step_time_us),
+                               "evaluations": t.evaluations,
+                               "skipped": sorted(t.skipped)}
+                      for t in found}
+  trainer.save()
+  fileio.write_atomically(marker, json.dumps(_json_safe(stats), indent=1))
+  return stats
+
+
+def _labels(env, targets):
+  """int32[T, G_max] target device per group; float32[T, G_max] weights.
+
+  A weight is 1 on each real group of a task with a target whose target
+  device the policy may choose (a valid placement always is one).
+  """
+  count, groups = env.num_tasks, env.padding["max_groups"]
+  labels = np.zeros((count, groups), np.int32)
+  masks = np.zeros((count, groups), np.float32)
+  for i, target in enumerate(targets):
+    if target.method is None:
+      continue
+    observation = env.observation(i)
+    devices = np.asarray(target.group_devices, np.int32)
+    real = len(devices)
+    labels[i, :real] = devices
+    allowed = (observation["allowed"][np.arange(real), devices] &
+               observation["device_mask"][devices])
+    masks[i, :real] = (observation["group_mask"][:real] & allowed).astype(
+        np.float32)
+  return labels, masks
+
+
+def _built_variables(policy, env, index: int) -> List[tf.Variable]:
+  """The policy's trainable variables, created by one call if need be."""
+  actor_network.shared_logits(policy, _stack(env, [index]))
+  return list(policy.trainable_variables)
+
+
+def _stack(env, batch) -> dict:
+  return {key: tf.convert_to_tensor(np.stack(
+      [env.observation(int(i))[key] for i in batch]))
+          for key in env.observation(int(batch[0]))}
+
+
+def _batches(order, size: int):
+  for start in range(0, len(order), size):
+    yield np.asarray(order[start:start + size])
+
+
+def _loss_and_hits(logits, labels, mask):
+  """Mean over graphs of the masked mean cross-entropy; correct groups."""
+  cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=labels, logits=logits)
+  per_graph = tf.reduce_sum(cross_entropy * mask, -1) / tf.maximum(
+      tf.reduce_sum(mask, -1), 1.0)
+  hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
+                          labels), tf.float32)
+  return tf.reduce_mean(per_graph), tf.reduce_sum(hits * mask)
+
+
+def _final_pass(policy, env, indices, labels, masks, size: int):
+  """(loss, accuracy, task index -> greedy group devices) after training."""
+  total_loss = total_hits = 0.0
+  greedy = {}
+  for batch in _batches(indices, size):
+    logits = actor_network.shared_logits(policy, _stack(env, batch))
+    loss, hits = _loss_and_hits(logits, labels[batch], masks[batch])
+    total_loss += float(loss) * len(batch)
+    total_hits += float(hits)
+    argmax = tf.argmax(logits, -1, output_type=tf.int32).numpy()
+    greedy.update(zip((int(i) for i in batch), argmax))
+  groups = float(sum(masks[i].sum() for i in indices))
+  return total_loss / len(indices), total_hits / groups, greedy
+
+
+def _finite(value: float) -> Optional[float]:
+  return float(value) if math.isfinite(value) else None
+
+
+def _json_safe(value):
+  """NaN and infinities as null: the statistics file is strict JSON."""
+  if isinstance(value, dict):
+    return {k: _json_safe(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_json_safe(v) for v in value]
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
