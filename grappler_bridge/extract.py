@@ -185,6 +185,24 @@ def read_graph_file(path: str) -> meta_graph_pb2.MetaGraphDef:
   return meta_graph
 
 
+# Attributes that mark a function for XLA compilation; Grappler never inlines
+# such a call (Keras's grouped and depthwise convolutions are one), so they
+# are dropped: the flat graph is the ops XLA would have fused, each placeable.
+_JIT_ATTRIBUTES = ("_XlaMustCompile", "_noinline")
+
+
+def _allow_inlining_of_jit_functions(graph_def) -> None:
+  for function in graph_def.library.function:
+    for name in _JIT_ATTRIBUTES:
+      if name in function.attr:
+        del function.attr[name]
+  for node in graph_def.node:
+    if node.op in ("PartitionedCall", "StatefulPartitionedCall"):
+      for name in _JIT_ATTRIBUTES:
+        if name in node.attr:
+          del node.attr[name]
+
+
 def flatten(meta_graph: meta_graph_pb2.MetaGraphDef,
             fetches: Sequence[str]) -> meta_graph_pb2.MetaGraphDef:
   """Inlines functions and lowers control flow with Grappler's function pass."""
@@ -197,6 +215,7 @@ def flatten(meta_graph: meta_graph_pb2.MetaGraphDef,
   collection = source.collection_def[FETCH_COLLECTION]
   collection.Clear()
   collection.node_list.value.extend(fetches)
+  _allow_inlining_of_jit_functions(source.graph_def)
   try:
     flat_graph_def = tf_optimizer.OptimizeGraph(
         _flattening_config(), source, strip_default_attributes=False)

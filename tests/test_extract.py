@@ -49,6 +49,17 @@ def test_nested_functions_and_control_flow_are_flattened():
   assert not extracted.graph_def.library.function
 
 
+def test_jit_compiled_functions_are_inlined_too():
+  # Keras builds grouped convolutions as such a function; Grappler alone
+  # would leave the call in the graph.
+  jitted = tf.function(lambda x: tf.nn.relu(x) * 3.0, jit_compile=True)
+  extracted = extract.from_function(lambda x: jitted(tf.square(x)),
+                                    tf.ones([2, 2]))
+  ops = _ops(extracted)
+  assert "Relu" in ops and not ops & {"PartitionedCall",
+                                      "StatefulPartitionedCall"}
+
+
 def test_variable_updates_are_fetches():
   variable = tf.Variable(tf.ones([3, 3]))
   extracted = extract.from_function(_control_flow_step(variable), tf.ones([3, 3]))
