@@ -85,16 +85,13 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
   # pylint: disable=g-import-not-at-top
   from tf_gdp.baselines import hdp
   from tf_gdp.rl import environment
-  from tf_gdp.rl import rewards
   from tf_gdp.rl import workflows
   # pylint: enable=g-import-not-at-top
   graph, topology = loaded.graph, topology_lib.get(devices)
   one_shot = harness.bench_graph(loaded, label, devices, methods, seed=seed,
                                  progress=log)
   best_method, best_us = harness.best_row(one_shot)
-  reference_evaluations = sum(
-      r.evaluations + 1 for r in one_shot
-      if r.method in rewards.REFERENCE_METHODS and r.evaluations is not None)
+  reference = reference_evaluations(one_shot)
   task = environment.PlacementTask(graph, topology, extracted=loaded.extracted,
                                    name=label)
   shot = workflows.zeroshot(policy, task, samples=samples, seed=seed)
@@ -104,22 +101,22 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
     if budget not in hdp_rows:
       started = time.perf_counter()
       found = hdp.search(graph, topology, seed=seed, budget=budget)
-      hdp_rows[budget] = _row(
+      hdp_rows[budget] = search_row(
           "hdp", budget, loaded, topology, found.placement, found.evaluations,
           time.perf_counter() - started, found.history, best_us)
-      _log_row(log, label, hdp_rows[budget])
+      log_row(log, label, hdp_rows[budget])
     return hdp_rows[budget]
 
   default_budget = hdp_default_budget or hdp.DEFAULT_BUDGET
   per_budget = []
   for budget in budgets:
-    rows = [_gdp_row(loaded, task, shot, budget, policy=policy,
-                     samples=samples, seed=seed,
-                     reference_evaluations=reference_evaluations,
-                     best_us=best_us, log=log),
-            _local_search_row(loaded, topology, budget, seed, best_us)]
+    rows = [gdp_row(loaded, task, shot, budget, policy=policy,
+                    samples=samples, seed=seed,
+                    reference_evaluations=reference, best_us=best_us,
+                    log=log),
+            local_search_row(loaded, topology, budget, seed, best_us)]
     for row in rows:
-      _log_row(log, label, row)
+      log_row(log, label, row)
     gdp, local = rows
     if hdp_mode == "all" or (hdp_mode == "default"
                              and budget == default_budget):
@@ -127,24 +124,40 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
     rows.append(_auto_row(budget, rows[:2], one_shot, best_us))
     per_budget.append({
         "budget": budget, "rows": rows,
-        "gdp_over_local_search": _ratio(gdp, local),
-        "hdp_over_local_search": (_ratio(rows[2], local)
+        "gdp_over_local_search": step_ratio(gdp, local),
+        "hdp_over_local_search": (step_ratio(rows[2], local)
                                   if rows[2]["method"] == "hdp" else None),
         "auto_at_most_every_method": _auto_wins(rows, best_us)})
   return {
       "graph": label, "nodes": graph.num_nodes, "devices": devices,
       "best_baseline": {"method": best_method, "step_time_us": best_us},
-      "reference_evaluations": reference_evaluations,
+      "reference_evaluations": reference,
       "baselines": harness.rows_as_dicts(one_shot),
       "budgets": per_budget,
       "hdp_default": (None if hdp_mode == "none"
                       else hdp_row(default_budget))}
 
 
-def _gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
-             seed: int, reference_evaluations: int, best_us: float,
-             log) -> dict:
-  """Zero-shot (`shot`, reused at every budget) + fine-tuning within N."""
+def reference_evaluations(one_shot) -> int:
+  """Evaluations that chose GDP's reward reference, from one-shot rows.
+
+  Each reference method's own search plus the simulation that judged it
+  (`rl.rewards.REFERENCE_METHODS`).
+  """
+  from tf_gdp.rl import rewards  # pylint: disable=g-import-not-at-top
+  return sum(
+      r.evaluations + 1 for r in one_shot
+      if r.method in rewards.REFERENCE_METHODS and r.evaluations is not None)
+
+
+def gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
+            seed: int, reference_evaluations: int, best_us: float,
+            log=lambda line: None, method: str = "gdp") -> dict:
+  """Zero-shot (`shot`, reused at every budget) + fine-tuning within N.
+
+  A budget that leaves no whole fine-tuning iteration gives the zero-shot
+  placement alone (no reference is charged then).
+  """
   from tf_gdp.bench import gdp_search  # pylint: disable=g-import-not-at-top
   left = budget - shot.evaluations - reference_evaluations
   started = time.perf_counter()
@@ -153,31 +166,34 @@ def _gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
       finetune_evaluations=max(left, 0),
       reference_evaluations=reference_evaluations, shot=shot, log=log)
   seconds = shot.seconds + time.perf_counter() - started
-  return _row("gdp", budget, loaded, task.topology, found.placement,
-              found.evaluations, seconds, found.curve, best_us,
-              chosen=found.chosen,
-              zeroshot_evaluations=found.zeroshot_evaluations,
-              reference_evaluations=found.reference_evaluations,
-              finetune_evaluations=found.finetune_evaluations,
-              finetune_iterations=found.finetune_iterations)
+  return search_row(
+      method, budget, loaded, task.topology, found.placement,
+      found.evaluations, seconds, found.curve, best_us, chosen=found.chosen,
+      zeroshot_evaluations=found.zeroshot_evaluations,
+      reference_evaluations=found.reference_evaluations,
+      finetune_evaluations=found.finetune_evaluations,
+      finetune_iterations=found.finetune_iterations)
 
 
-def _local_search_row(loaded, topology, budget: int, seed: int,
-                      best_us: float) -> dict:
+def local_search_row(loaded, topology, budget: int, seed: int,
+                     best_us: float) -> dict:
+  """`local_search` with `evaluations=budget` (its starts included)."""
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   started = time.perf_counter()
   result = baselines.run("local_search", loaded.graph, topology, seed=seed,
                          evaluations=budget)
-  return _row("local_search", budget, loaded, topology, result.placement,
-              result.evaluations, time.perf_counter() - started,
-              result.info["best_so_far"], best_us, start=result.info["start"],
-              start_evaluations=result.info["start_evaluations"],
-              rounds=result.info["rounds"])
+  return search_row(
+      "local_search", budget, loaded, topology, result.placement,
+      result.evaluations, time.perf_counter() - started,
+      result.info["best_so_far"], best_us, start=result.info["start"],
+      start_evaluations=result.info["start_evaluations"],
+      rounds=result.info["rounds"])
 
 
-def _row(method: str, budget: int, loaded, topology, placement,
-         evaluations: int, seconds: float, curve, best_us: float,
-         **details) -> dict:
+def search_row(method: str, budget: int, loaded, topology, placement,
+               evaluations: int, seconds: float, curve, best_us: float,
+               **details) -> dict:
+  """One search's row: its placement judged, its evaluations and curve."""
   step, valid = harness.judge(loaded.graph, placement, topology)
   return dict({
       "method": method, "budget": budget, "step_time_us": float(step),
@@ -221,13 +237,15 @@ def _auto_wins(rows: list, best_us: float) -> bool:
   return all(auto <= other * (1 + 1e-9) for other in others)
 
 
-def _ratio(row: dict, other: dict) -> Optional[float]:
+def step_ratio(row: dict, other: dict) -> Optional[float]:
+  """`row`'s step time over `other`'s; None unless both are valid."""
   if not (row["valid"] and other["valid"]):
     return None
   return row["step_time_us"] / other["step_time_us"]
 
 
-def _log_row(log, label: str, row: dict) -> None:
+def log_row(log, label: str, row: dict) -> None:
+  """One progress line for a search's row."""
   log(f"  {label} / {row['method']} at {row['budget']}: "
       f"{row['step_time_us'] / 1e3:,.3f} ms{'' if row['valid'] else ' INVALID'}"
       f" ({row['evaluations']} evaluations, {row['search_seconds']:.1f} s)")
@@ -249,8 +267,8 @@ def summary(results) -> list:
     out.append({
         "budget": budget, "graphs": len(entries),
         "gdp_at_most_local_search": sum(r <= 1.0 + 1e-9 for r in gdp),
-        "geomean_gdp_over_local_search": _geomean(gdp),
-        "geomean_hdp_over_local_search": _geomean(hdp),
+        "geomean_gdp_over_local_search": geomean(gdp),
+        "geomean_hdp_over_local_search": geomean(hdp),
         "all_within_budget": all(r["within_budget"] for e in entries
                                  for r in e["rows"]),
         "auto_at_most_every_method": sum(
@@ -258,7 +276,8 @@ def summary(results) -> list:
   return out
 
 
-def _geomean(values) -> Optional[float]:
+def geomean(values) -> Optional[float]:
+  """The geometric mean of positive values; None for none."""
   if not values:
     return None
   return math.exp(sum(math.log(v) for v in values) / len(values))
