@@ -10,6 +10,7 @@ from tf_gdp.baselines import common
 from tf_gdp.baselines import heft
 from tf_gdp.baselines import m_sct
 from tf_gdp.cost import simulator
+from tf_gdp.cost import derived_topologies
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
 
@@ -318,7 +319,7 @@ def test_list_schedulers_plan_with_shared_channels(method):
                  pins=pins)
   contended = topology.get("p100x4")
   one = contended.transfer_us(0, 1, 1.2e8)
-  for topo, transfers in ((contended, 3), (topology.uncontended(contended), 1)):
+  for topo, transfers in ((contended, 3), (derived_topologies.uncontended(contended), 1)):
     result = baselines.run(method, graph, topo)
     assert result.info["scheduled_makespan_us"] == pytest.approx(
         transfers * one)

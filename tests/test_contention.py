@@ -11,6 +11,7 @@ import pytest
 
 from tf_gdp import errors
 from tf_gdp.cost import simulator
+from tf_gdp.cost import derived_topologies
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
 
@@ -48,7 +49,7 @@ def test_fan_out_over_one_pcie_port_takes_three_transfer_times():
   contended = simulator.simulate(graph, placement, topo).step_time_us
   assert contended == pytest.approx(3 * one)
   free = simulator.simulate(graph, placement,
-                            topology.uncontended(topo)).step_time_us
+                            derived_topologies.uncontended(topo)).step_time_us
   assert free == pytest.approx(one)
 
 
@@ -153,7 +154,7 @@ def test_contention_never_speeds_up_a_step_with_device_orders_fixed(
   # ties: compare both models on the fixed graph.
   fixed = _with_device_orders(graph, placement, schedule)
   contended = simulator.simulate(fixed, placement, topo)
-  free = simulator.simulate(fixed, placement, topology.uncontended(topo))
+  free = simulator.simulate(fixed, placement, derived_topologies.uncontended(topo))
   assert contended.step_time_us >= free.step_time_us
   assert contended.num_transfers == free.num_transfers
 
@@ -175,11 +176,11 @@ def test_contention_can_reorder_a_device_and_shorten_the_step():
   placement = [3, 2, 2, 4, 0, 4, 4, 4]
   topo = topology.get("p100x4")
   contended = simulator.simulate(graph, placement, topo, record_schedule=True)
-  free = simulator.simulate(graph, placement, topology.uncontended(topo))
+  free = simulator.simulate(graph, placement, derived_topologies.uncontended(topo))
   assert (contended.step_time_us, free.step_time_us) == (54.0, 64.0)
   fixed = _with_device_orders(graph, placement, contended.schedule)
   assert simulator.simulate(fixed, placement,
-                            topology.uncontended(topo)).step_time_us <= 54.0
+                            derived_topologies.uncontended(topo)).step_time_us <= 54.0
 
 
 @hypothesis.settings(max_examples=150, deadline=None)
@@ -274,7 +275,7 @@ def test_channels_round_trip_and_set_the_pair_bandwidth(tmp_path):
   document = topology.to_document(topo)
   assert document["links"]["routes"] == routes
   assert topology.to_document(topology.from_document(document)) == document
-  free = topology.uncontended(topo)
+  free = derived_topologies.uncontended(topo)
   assert not free.contended and free.channel_routes()[0] == 4
   np.testing.assert_array_equal(free.bandwidth_gbps, topo.bandwidth_gbps)
 

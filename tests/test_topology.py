@@ -7,6 +7,7 @@ import pytest
 
 from tf_gdp import errors
 from tf_gdp.cost import presets
+from tf_gdp.cost import derived_topologies
 from tf_gdp.cost import topology
 
 
@@ -129,7 +130,7 @@ def test_runtime_costs_round_trip_and_bad_ones_are_refused(tmp_path):
   assert topo.runtime.step_overhead(1) == 500.0
   assert topo.runtime.step_overhead(2) == 1100.0
   assert topology.to_document(topo)["runtime"] == runtime
-  subset = topology.subset(topo, [1], "one")
+  subset = derived_topologies.subset(topo, [1], "one")
   assert subset.runtime == topo.runtime
   # Presets and files without the object keep the defaults, and say nothing.
   assert topology.get("p100x4").runtime.is_default

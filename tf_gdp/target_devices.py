@@ -18,6 +18,7 @@ from typing import Sequence, Union
 
 from tf_gdp import errors
 from tf_gdp.cost import presets
+from tf_gdp.cost import derived_topologies
 from tf_gdp.cost import topology as topology_lib
 
 # `devices=LOCAL`: this process's GPUs if it has any, else its CPU devices.
@@ -152,7 +153,7 @@ def _subset(topo: topology_lib.Topology, index) -> topology_lib.Topology:
   if list(index) == list(range(len(topo.devices))):
     return topo
   short = ",".join(topo.devices[i].name.split("/device:", 1)[-1] for i in index)
-  return topology_lib.subset(topo, index, f"{topo.name}[{short}]")
+  return derived_topologies.subset(topo, index, f"{topo.name}[{short}]")
 
 
 def _logical_devices():

@@ -25,6 +25,7 @@ import numpy as np
 from tf_gdp import fileio
 from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
+from tf_gdp.cost import derived_topologies
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import generators
 
@@ -89,7 +90,7 @@ def run(num_nodes: int, width: int, topologies, repeats: int, batch: int,
     contended = topology_lib.get(name)
     models = [("contended" if contended.contended else "pairs", contended)]
     if uncontended and contended.contended:
-      models.append(("uncontended", topology_lib.uncontended(contended)))
+      models.append(("uncontended", derived_topologies.uncontended(contended)))
     d = contended.num_devices
     for kind in ("random", "round_robin"):
       single = np.stack([placements(kind, num_nodes, d, rng)

@@ -6,6 +6,6 @@ __all__ = []
 
 _package_api.install(
     globals(),
-    modules=("device_names", "ensemble", "feasibility", "lower_bound",
-             "presets", "sim_results", "simulator", "simulator_reference",
-             "topology"))
+    modules=("derived_topologies", "device_names", "ensemble", "feasibility",
+             "lower_bound", "presets", "sim_results", "simulator",
+             "simulator_reference", "topology"))

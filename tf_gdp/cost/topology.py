@@ -456,37 +456,6 @@ def custom(name: str, devices: Sequence[Device], bandwidth_gbps, latency_us,
                   runtime or runtime_costs.RuntimeCosts())
 
 
-def uncontended(topology: Topology) -> Topology:
-  """The same devices and pair links with one channel per directed pair.
-
-  Transfers between different pairs then never wait for each other; the
-  model of a topology without channel data, kept for comparisons.
-  """
-  if not topology.contended:
-    return topology
-  return custom(f"{topology.name} (uncontended)", topology.devices,
-                topology.bandwidth_gbps, topology.latency_us,
-                topology.hardware, topology.table_bytes, topology.table_us,
-                runtime=topology.runtime)
-
-
-def subset(topology: Topology, index: Sequence[int], name: str) -> Topology:
-  """`topology` restricted to the devices `index` (in that order)."""
-  pick = np.ix_(index, index)
-  table_us = None if topology.table_us is None else topology.table_us[pick]
-  kinds = {topology.devices[i].kind for i in index}
-  channels = routes = None
-  if topology.contended:
-    channels = list(zip(topology.channel_names, topology.channel_gbps))
-    routes = [[topology.routes[i][j] for j in index] for i in index]
-  return custom(
-      name, [topology.devices[i] for i in index],
-      topology.bandwidth_gbps[pick], topology.latency_us[pick],
-      {k: v for k, v in topology.hardware.items() if k in kinds},
-      topology.table_bytes, table_us, channels=channels, routes=routes,
-      runtime=topology.runtime)
-
-
 def _positive_int(value) -> int:
   if (isinstance(value, bool) or not isinstance(value, int) or value <= 0
       or value >= 1 << 62):
