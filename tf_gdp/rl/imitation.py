@@ -42,6 +42,7 @@ from tf_gdp import fileio
 from tf_gdp.baselines import repair
 from tf_gdp.policy import features
 from tf_gdp.rl import actor_network
+from tf_gdp.rl import canonical_devices
 from tf_gdp.rl import environment
 from tf_gdp.rl import run_dir
 from tf_gdp.rl import search_targets
@@ -60,6 +61,9 @@ class ImitationConfig:
     seed: the task order of each epoch.
     greedy_check: end with the greedy placements judged against the
       targets.
+    canonical_labels: imitate each target with its interchangeable devices
+      numbered by first use, where that is no slower
+      (`canonical_devices`).
   """
   epochs: int = 0
   evaluations: int = search_targets.DEFAULT_EVALUATIONS
@@ -67,6 +71,7 @@ class ImitationConfig:
   graphs_per_step: int = 4
   seed: int = 0
   greedy_check: bool = True
+  canonical_labels: bool = True
 
   def __post_init__(self):
     if (self.epochs < 0 or self.evaluations < 1 or self.learning_rate <= 0
@@ -102,7 +107,8 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
     log("imitation: no task has a target; nothing to imitate")
     return dict(stats, loss=math.nan, accuracy=math.nan,
                 greedy_ratio=math.nan, seconds=time.perf_counter() - started)
-  labels, masks = _labels(env, targets)
+  labels, masks, relabelled = _labels(env, targets, config.canonical_labels)
+  stats["relabelled"] = relabelled
   variables = _built_variables(policy, env, indices[0])
   optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
   optimizer.build(variables)
@@ -202,12 +208,14 @@ def pretrain_phase(trainer, config: ImitationConfig, *,
   return stats
 
 
-def _labels(env, targets):
-  """int32[T, G_max] target device per group; float32[T, G_max] weights.
+def _labels(env, targets, canonical_labels: bool):
+  """int32[T, G_max] target device per group; float32[T, G_max] weights;
+  how many targets were relabelled (`canonical_devices`).
 
   A weight is 1 on each real group of a task with a target whose target
   device the policy may choose (a valid placement always is one).
   """
+  relabelled = 0
   count, groups = env.num_tasks, env.padding["max_groups"]
   labels = np.zeros((count, groups), np.int32)
   masks = np.zeros((count, groups), np.float32)
@@ -216,13 +224,19 @@ def _labels(env, targets):
       continue
     observation = env.observation(i)
     devices = np.asarray(target.group_devices, np.int32)
+    if canonical_labels:
+      task = env.tasks[i]
+      devices, changed = canonical_devices.canonical(
+          env.inputs(i), task.graph, task.topology, devices,
+          target.step_time_us)
+      relabelled += int(changed)
     real = len(devices)
     labels[i, :real] = devices
     allowed = (observation["allowed"][np.arange(real), devices] &
                observation["device_mask"][devices])
     masks[i, :real] = (observation["group_mask"][:real] & allowed).astype(
         np.float32)
-  return labels, masks
+  return labels, masks, relabelled
 
 
 def _built_variables(policy, env, index: int) -> List[tf.Variable]:
