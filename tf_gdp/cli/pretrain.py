@@ -70,6 +70,9 @@ _IMITATION_EVALUATIONS = flags.DEFINE_integer(
     "imitation_evaluations", search_targets.DEFAULT_EVALUATIONS,
     "Simulator evaluations of each imitation target's local search.",
     lower_bound=1)
+_IMITATION_CANONICAL_LABELS = flags.DEFINE_bool(
+    "imitation_canonical_labels", False, "Imitate each target with its "
+    "interchangeable devices numbered by first use, where that is no slower.")
 _SIGNATURE = graph_flags.define_signature(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
@@ -100,7 +103,8 @@ def main(argv):
       epochs=_IMITATION_EPOCHS.value,
       evaluations=_IMITATION_EVALUATIONS.value,
       learning_rate=_TRAINING.learning_rate.value,
-      graphs_per_step=_GRAPHS_PER_ITERATION.value, seed=_SEED.value)
+      graphs_per_step=_GRAPHS_PER_ITERATION.value, seed=_SEED.value,
+      canonical_labels=_IMITATION_CANONICAL_LABELS.value)
   result = workflows.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,

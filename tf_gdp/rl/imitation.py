@@ -71,7 +71,7 @@ class ImitationConfig:
   graphs_per_step: int = 4
   seed: int = 0
   greedy_check: bool = True
-  canonical_labels: bool = True
+  canonical_labels: bool = False
 
   def __post_init__(self):
     if (self.epochs < 0 or self.evaluations < 1 or self.learning_rate <= 0
