@@ -111,6 +111,13 @@ def test_a_failing_variant_keeps_what_was_built(tmp_path):
   assert list(listing) == ["tiny_layered"]
 
 
+def test_an_unwritable_cache_is_one_clear_error(tmp_path):
+  blocked = tmp_path / "file"
+  blocked.write_text("not a folder")
+  with pytest.raises(errors.InputError, match="cannot write the corpus cache"):
+    store.ensure([TINY_GENERATED], DEVICES, root=str(blocked))
+
+
 def test_corpus_graphs_load_through_graph_specs(tmp_path, monkeypatch):
   monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
   spec = graph_specs.parse("corpus:layered_2000")[0]

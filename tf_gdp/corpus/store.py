@@ -169,8 +169,12 @@ def ensure(variants: Sequence[families.Variant], devices: str, *,
           graph = build_graph(variant, devices)
         except errors.InputError as e:
           raise errors.InputError(f"corpus variant {variant.name}: {e}") from e
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        json_io.save_json(graph, path)
+        try:
+          os.makedirs(os.path.dirname(path), exist_ok=True)
+          json_io.save_json(graph, path)
+        except OSError as e:
+          raise errors.InputError(
+              f"cannot write the corpus cache {cache}: {e.strerror or e}") from e
         entry = dict(describe(graph, devices),
                      build_seconds=round(time.perf_counter() - started, 1))
         manifest[variant.name] = entry
