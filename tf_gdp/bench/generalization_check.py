@@ -103,11 +103,14 @@ def check_graph(loaded, label: str, devices: str, *,
   best_method, best_us = harness.best_row(one_shot)
   reference = budget_check.reference_evaluations(one_shot)
   shot_budget = samples + 1
-  local_shot, local = (
-      budget_check.local_search_row(loaded, topology, n, seed, best_us)
-      for n in (shot_budget, budget))
-  for row in (local_shot, local):
-    budget_check.log_row(log, label, row)
+  local_shot = budget_check.local_search_row(loaded, topology, shot_budget,
+                                             seed, best_us)
+  local = (local_shot if budget == shot_budget else
+           budget_check.local_search_row(loaded, topology, budget, seed,
+                                         best_us))
+  budget_check.log_row(log, label, local_shot)
+  if local is not local_shot:
+    budget_check.log_row(log, label, local)
   target = local["step_time_us"] if local["valid"] else None
   local_reach = evaluations_to_reach(local["curve"], target)
   task = environment.PlacementTask(loaded.graph, topology,
@@ -115,14 +118,18 @@ def check_graph(loaded, label: str, devices: str, *,
   per_policy = {}
   for name, path in policies.items():
     shot = workflows.zeroshot(path, task, samples=samples, seed=seed)
-    zero, tuned = (
-        budget_check.gdp_row(loaded, task, shot, n, policy=path,
-                             samples=samples, seed=seed,
-                             reference_evaluations=reference, best_us=best_us,
-                             log=log, method=method)
-        for n, method in ((shot_budget, "zeroshot"), (budget, "gdp")))
-    for row in (zero, tuned):
+    def gdp(n, method, shot=shot, path=path, name=name):
+      row = budget_check.gdp_row(
+          loaded, task, shot, n, policy=path, samples=samples, seed=seed,
+          reference_evaluations=reference, best_us=best_us, log=log,
+          method=method)
       budget_check.log_row(log, f"{label} / {name}", row)
+      return row
+
+    zero = gdp(shot_budget, "zeroshot")
+    # A budget of one zero-shot pass fine-tunes nothing: the same search.
+    tuned = (dict(zero, method="gdp") if budget == shot_budget
+             else gdp(budget, "gdp"))
     reach = evaluations_to_reach(tuned["curve"], target)
     per_policy[name] = {
         "zeroshot": zero, "finetuned": tuned,
