@@ -86,6 +86,42 @@ def test_cached_targets_are_reused(tasks, cached, monkeypatch):
   assert other != search_targets.cache_path(cache, tasks[0], EVALUATIONS)
 
 
+def _cut_bytes(graph, placement):
+  cut = placement[graph.edge_src] != placement[graph.edge_dst]
+  return graph.edge_bytes[cut].sum()
+
+
+def test_a_tolerance_trades_a_little_speed_for_the_fewest_cut_bytes(
+    tasks, cached, tmp_path):
+  _, fastest = cached
+  tolerance = 0.5
+  found = search_targets.targets(tasks, str(tmp_path), evaluations=EVALUATIONS,
+                                 tolerance=tolerance)
+  for task, target, best in zip(tasks, found, fastest):
+    assert target.fastest_us == pytest.approx(best.step_time_us)
+    assert target.step_time_us <= (1 + tolerance) * best.step_time_us
+    assert _cut_bytes(task.graph, target.placement) <= _cut_bytes(
+        task.graph, best.placement)
+    # No candidate within the tolerance cuts fewer bytes.
+    near = [name for name, c in target.candidates.items() if c["valid"] and
+            c["step_time_us"] <= (1 + tolerance) * best.step_time_us]
+    assert target.method in near
+    if "single_device" in near:  # nothing cuts fewer bytes than one device
+      assert _cut_bytes(task.graph, target.placement) == 0
+  assert any(t.method != b.method for t, b in zip(found, fastest))
+  # Cached under its own name, and read back as it was.
+  path = search_targets.cache_path(str(tmp_path), tasks[0], EVALUATIONS,
+                                   tolerance)
+  assert os.path.isfile(path) and path != search_targets.cache_path(
+      str(tmp_path), tasks[0], EVALUATIONS)
+  again, problem = search_targets.read_target(path, tasks[0], EVALUATIONS, 0,
+                                              tolerance)
+  assert problem is None and again.method == found[0].method
+  assert again.fastest_us == pytest.approx(found[0].fastest_us)
+  _, problem = search_targets.read_target(path, tasks[0], EVALUATIONS, 0)
+  assert "tolerance" in problem
+
+
 def _rewrite(path, edit):
   with open(path, encoding="utf-8") as f:
     doc = json.load(f)
@@ -143,6 +179,17 @@ def test_imitation_learns_the_targets(tasks, cached):
   for task, target in zip(tasks, found):
     greedy = stats["greedy"][task.name]
     assert greedy["valid"] and greedy["target_us"] == target.step_time_us
+  assert stats["greedy_ratio"] <= 1.05
+
+
+def test_matched_labels_learn_the_targets_up_to_a_renaming(tasks, cached):
+  _, found = cached
+  env, policy = _fresh(tasks)
+  config = imitation.ImitationConfig(epochs=40, learning_rate=1e-2,
+                                     matched_labels=True)
+  stats = imitation.imitate(policy, env, found, config=config)
+  assert stats["accuracy"] >= 0.9
+  # The greedy placement of a renamed target simulates as the target.
   assert stats["greedy_ratio"] <= 1.05
 
 

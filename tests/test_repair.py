@@ -84,6 +84,23 @@ def test_the_cheapest_groups_leave_first():
   assert fixed.placement.tolist() == [0, 0, 1]
 
 
+def test_a_pipeline_cut_shifts_instead_of_its_stage_scattering():
+  # Ops 0-7 on GPU:0 hold 16 KiB, more than it has; op 3 is the cheapest
+  # to move by compute, but moving it would cut the chain twice more.
+  costs = [1.0] * 12
+  costs[3] = 0.1
+  graph = _chain(12, memory=[2 * KIB] * 12,
+                 costs={"GPU": costs, "CPU": [5.0] * 12})
+  box = _box([14 * KIB, 64 * KIB])
+  start = np.array([0] * 8 + [1] * 4)
+  assert not simulator.simulate(graph, start, box).valid
+  fixed = repair.repair(graph, box, start)
+  assert fixed.valid
+  placement = fixed.placement.tolist()
+  assert placement == sorted(placement)  # still one cut, moved earlier
+  assert placement.count(0) < 8
+
+
 def test_broken_constraints_are_fixed_whole_groups_first():
   graph = _chain(4, groups=["g", "g", None, None],
                  kinds=[None, None, ("CPU",), None])

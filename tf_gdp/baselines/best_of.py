@@ -38,6 +38,8 @@ class BestOf:
     candidates: name -> {step_time_us (None: invalid), valid, evaluations,
       repaired}, in the order tried.
     skipped: name -> why that method could not place the graph.
+    valid_placements: name -> int32[num_nodes] of every valid candidate
+      (repaired if it had to be).
   """
   method: str
   placement: np.ndarray
@@ -47,6 +49,7 @@ class BestOf:
   priority: Optional[np.ndarray]
   candidates: dict
   skipped: dict
+  valid_placements: dict = dataclasses.field(default_factory=dict)
 
 
 def best_of(graph: op_graph.OpGraph, topology: topology_lib.Topology,
@@ -103,4 +106,5 @@ def best_of(graph: op_graph.OpGraph, topology: topology_lib.Topology,
       step_time_us=float(fixed[pick].step_time_us),
       evaluations=int(evaluations), repaired=bool(fixed[pick].changed),
       priority=None if fixed[pick].changed else found[winner][2],
-      candidates=candidates, skipped=skipped)
+      candidates=candidates, skipped=skipped,
+      valid_placements={names[i]: fixed[i].placement for i in valid})

@@ -8,14 +8,18 @@ returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
 1. Hard constraints: a group split over devices goes whole to its first
    member's device, and a group on a device its kinds or pins forbid goes
    to the allowed device where it runs fastest.
-2. Memory, by the simulator's exact peak: the groups on each over-full
-   device leave it cheapest first, until the bytes they carry away
-   (persistent plus output bytes) cover the overflow plus a slack. The
-   cheapest group is the one with the least compute per byte moved. Each
-   goes to the fastest allowed device with room for it (the roomiest of
-   equally fast ones). The result is
-   simulated again. The slack doubles each round, because a moved group's
-   outputs may not be live at the device's peak.
+2. Memory, by the simulator's exact peak: groups leave each over-full
+   device until the bytes they carry away (persistent plus output bytes)
+   cover the overflow plus a slack. First across its cuts: a group with a
+   neighbour on another device moves to the allowed device it exchanges
+   the most bytes with, if that has room, the group whose move cuts the
+   most bytes first, and its neighbours become candidates in turn (a
+   pipeline's cut shifts instead of its stages scattering). Then, for
+   what is left, cheapest first: the group with the least compute per
+   byte moved goes to the fastest allowed device with room for it (the
+   roomiest of equally fast ones). The result is simulated again. The
+   slack doubles each round, because a moved group's outputs may not be
+   live at the device's peak.
 3. If that still does not fit, the repair starts over from a memory-first
    fill: groups in topological order, the primary devices (the GPUs of a
    GPU box) filled up to their share of the estimated need
@@ -37,6 +41,7 @@ it as a result. The simulations the repair makes are counted in
 """
 
 import dataclasses
+import heapq
 import itertools
 from typing import List, Optional
 
@@ -220,6 +225,14 @@ class _Spill:
     self.carried = (view.persistent_bytes + view.activation_bytes).astype(
         np.float64)
     self.movable = view.allowed.sum(axis=1) > 1
+    src, dst, nbytes = view.edges
+    ends = np.concatenate([src, dst])
+    order = np.argsort(ends, kind="stable")
+    self.neighbours = np.concatenate([dst, src])[order]
+    # A control edge weighs one byte: it still costs a cross-device wait.
+    self.neighbour_bytes = np.concatenate([nbytes, nbytes])[order] + 1.0
+    self.neighbour_ptr = np.searchsorted(ends[order],
+                                         np.arange(view.num_groups + 1))
 
   def spill(self, group_devices: np.ndarray, peak: np.ndarray,
             slack: float) -> np.ndarray:
@@ -231,6 +244,7 @@ class _Spill:
       excess = (load[j] - self.capacity[j]) * (1.0 + slack)
       if excess <= 0:
         continue
+      excess = self._erode(group_devices, load, int(j), excess)
       mine = np.flatnonzero((group_devices == j) & self.movable &
                             (self.carried > 0))
       cost = view.duration[mine, j] / self.carried[mine]
@@ -250,6 +264,63 @@ class _Spill:
         load[target] += self.carried[g]
         excess -= self.carried[g]
     return group_devices
+
+  def _erode(self, group_devices: np.ndarray, load: np.ndarray, j: int,
+             excess: float) -> float:
+    """Moves groups off device j across its cuts (step 2, in place);
+    returns the excess left."""
+    on_j = group_devices == j
+    src, dst, _ = self.view.edges
+    across = on_j[src] != on_j[dst]
+    frontier = np.unique(np.where(on_j[src[across]], src[across],
+                                  dst[across]))
+    heap = []
+    for g in frontier.tolist():
+      self._push(heap, group_devices, g, j)
+    while heap and excess > 0:
+      gain, _, g = heapq.heappop(heap)
+      if group_devices[g] != j:
+        continue
+      best = self._best_neighbour(group_devices, g, j)
+      if best is None:
+        continue
+      if best[0] != gain:  # its neighbours moved since: queue it again
+        heapq.heappush(heap, (best[0], int(self.view.rank[g]), g))
+        continue
+      k = best[1]
+      if self.capacity[k] - load[k] < self.carried[g]:
+        continue
+      group_devices[g] = k
+      load[j] -= self.carried[g]
+      load[k] += self.carried[g]
+      excess -= self.carried[g]
+      lo, hi = self.neighbour_ptr[g], self.neighbour_ptr[g + 1]
+      for h in self.neighbours[lo:hi].tolist():
+        if group_devices[h] == j:
+          self._push(heap, group_devices, h, j)
+    return excess
+
+  def _push(self, heap, group_devices, g: int, j: int) -> None:
+    if not self.movable[g] or self.carried[g] <= 0:
+      return
+    best = self._best_neighbour(group_devices, g, j)
+    if best is not None:
+      heapq.heappush(heap, (best[0], int(self.view.rank[g]), g))
+
+  def _best_neighbour(self, group_devices, g: int, j: int):
+    """(bytes kept on j minus bytes to k, k) for the allowed device k != j
+    group g exchanges the most bytes with, or None."""
+    lo, hi = self.neighbour_ptr[g], self.neighbour_ptr[g + 1]
+    to = np.bincount(group_devices[self.neighbours[lo:hi]],
+                     weights=self.neighbour_bytes[lo:hi],
+                     minlength=self.view.num_devices)
+    stay = to[j]
+    to[j] = 0.0
+    to[~self.view.allowed[g]] = 0.0
+    k = int(np.argmax(to))
+    if to[k] <= 0:
+      return None
+    return float(stay - to[k]), k
 
   def descend(self, graph, group_devices, peak, step):
     """(groups, peak, step, valid, evaluations) of step 4 (module doc)."""

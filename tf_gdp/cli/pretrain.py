@@ -73,6 +73,14 @@ _IMITATION_EVALUATIONS = flags.DEFINE_integer(
 _IMITATION_CANONICAL_LABELS = flags.DEFINE_bool(
     "imitation_canonical_labels", False, "Imitate each target with its "
     "interchangeable devices numbered by first use, where that is no slower.")
+_IMITATION_MATCHED_LABELS = flags.DEFINE_bool(
+    "imitation_matched_labels", False, "Imitate each target under the "
+    "renaming of interchangeable devices (a symmetry of its topology) that "
+    "the policy's current prediction is closest to.")
+_IMITATION_TARGET_TOLERANCE = flags.DEFINE_float(
+    "imitation_target_tolerance", 0.0, "Imitate the simplest candidate (the "
+    "fewest bytes between devices) within this fraction of the fastest "
+    "one; 0: the fastest.", lower_bound=0.0, upper_bound=0.99)
 _SIGNATURE = graph_flags.define_signature(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
@@ -104,7 +112,9 @@ def main(argv):
       evaluations=_IMITATION_EVALUATIONS.value,
       learning_rate=_TRAINING.learning_rate.value,
       graphs_per_step=_GRAPHS_PER_ITERATION.value, seed=_SEED.value,
-      canonical_labels=_IMITATION_CANONICAL_LABELS.value)
+      canonical_labels=_IMITATION_CANONICAL_LABELS.value,
+      matched_labels=_IMITATION_MATCHED_LABELS.value,
+      target_tolerance=_IMITATION_TARGET_TOLERANCE.value)
   result = workflows.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,

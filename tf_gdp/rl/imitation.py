@@ -8,7 +8,12 @@ baselines and a budgeted local search): minimise the mean cross-entropy of
 the policy's logits [groups, devices] (`actor_network.shared_logits`, the
 logits PPO samples from) against the target's device per colocation group,
 over the real groups of each graph (padding groups and devices masked as
-in the environment), each graph weighing the same. Adam; `epochs` passes
+in the environment), each graph weighing the same. With `matched_labels`
+each target is first relabelled by the symmetry of its topology
+(`device_symmetries`: a renaming of interchangeable devices that simulates
+the same) under which the policy's current logits score it best, so the
+policy is taught the target's shape, not the search's arbitrary names for
+equal GPUs. Adam; `epochs` passes
 over the tasks in an order drawn from the seed, `graphs_per_step` graphs
 per gradient step.
 
@@ -43,6 +48,7 @@ from tf_gdp.baselines import repair
 from tf_gdp.policy import features
 from tf_gdp.rl import actor_network
 from tf_gdp.rl import canonical_devices
+from tf_gdp.rl import device_symmetries
 from tf_gdp.rl import environment
 from tf_gdp.rl import run_dir
 from tf_gdp.rl import search_targets
@@ -64,6 +70,10 @@ class ImitationConfig:
     canonical_labels: imitate each target with its interchangeable devices
       numbered by first use, where that is no slower
       (`canonical_devices`).
+    matched_labels: imitate each target under the symmetry of its topology
+      closest to the policy's prediction (module doc).
+    target_tolerance: imitate the simplest candidate within this fraction
+      of the fastest (`search_targets`; 0: the fastest).
   """
   epochs: int = 0
   evaluations: int = search_targets.DEFAULT_EVALUATIONS
@@ -72,13 +82,15 @@ class ImitationConfig:
   seed: int = 0
   greedy_check: bool = True
   canonical_labels: bool = False
+  matched_labels: bool = False
+  target_tolerance: float = 0.0
 
   def __post_init__(self):
     if (self.epochs < 0 or self.evaluations < 1 or self.learning_rate <= 0
-        or self.graphs_per_step < 1):
+        or self.graphs_per_step < 1 or not 0 <= self.target_tolerance < 1):
       raise ValueError(
-          "imitation needs epochs >= 0, evaluations >= 1, learning_rate > 0 "
-          f"and graphs_per_step >= 1; got {self}")
+          "imitation needs epochs >= 0, evaluations >= 1, learning_rate > 0, "
+          f"graphs_per_step >= 1 and target_tolerance in [0, 1); got {self}")
 
 
 def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
@@ -109,15 +121,17 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
                 greedy_ratio=math.nan, seconds=time.perf_counter() - started)
   labels, masks, relabelled = _labels(env, targets, config.canonical_labels)
   stats["relabelled"] = relabelled
+  symmetries = _symmetries(env, config.matched_labels)
   variables = _built_variables(policy, env, indices[0])
   optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
   optimizer.build(variables)
 
   @tf.function(reduce_retracing=True)
-  def train_step(observation, label, mask):
+  def train_step(observation, label, mask, symmetry):
     with tf.GradientTape() as tape:
       logits = actor_network.shared_logits(policy, observation, training=True)
-      loss, hits = _loss_and_hits(logits, label, mask)
+      loss, hits = _loss_and_hits(logits, _matched(logits, label, mask,
+                                                   symmetry), mask)
     gradients = tape.gradient(loss, variables)
     optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables)
                                if g is not None])
@@ -129,7 +143,8 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
     order = np.random.default_rng((config.seed, epoch)).permutation(indices)
     total_loss = total_hits = 0.0
     for batch in _batches(order, config.graphs_per_step):
-      loss, hits = train_step(_stack(env, batch), labels[batch], masks[batch])
+      loss, hits = train_step(_stack(env, batch), labels[batch], masks[batch],
+                              symmetries[batch])
       total_loss += float(loss) * len(batch)
       total_hits += float(hits)
     row = {"epoch": epoch, "loss": total_loss / len(indices),
@@ -139,7 +154,7 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
     log(f"imitation epoch {epoch}/{config.epochs}: loss {row['loss']:.4f}, "
         f"accuracy {row['accuracy']:.3f}")
   loss, accuracy, greedy = _final_pass(policy, env, indices, labels, masks,
-                                       config.graphs_per_step)
+                                       symmetries, config.graphs_per_step)
   stats.update(loss=loss, accuracy=accuracy)
   ratios = []
   if config.greedy_check:
@@ -195,11 +210,13 @@ def pretrain_phase(trainer, config: ImitationConfig, *,
     return None
   found = search_targets.targets(
       trainer.env.tasks, run_dir.targets_dir(trainer.root_dir),
-      evaluations=config.evaluations, log=log)
+      evaluations=config.evaluations, tolerance=config.target_tolerance,
+      log=log)
   stats = imitate(trainer.policy, trainer.env, found, config=config, log=log)
   stats["search_evaluations"] = int(sum(t.evaluations for t in found))
   stats["targets"] = {t.task: {"method": t.method,
                                "step_time_us": _finite(t.step_time_us),
+                               "fastest_us": _finite(t.fastest_us),
                                "evaluations": t.evaluations,
                                "skipped": sorted(t.skipped)}
                       for t in found}
@@ -239,6 +256,42 @@ def _labels(env, targets, canonical_labels: bool):
   return labels, masks, relabelled
 
 
+def _symmetries(env, matched: bool) -> np.ndarray:
+  """int32[T, P, D_max]: each task's device symmetries, padded.
+
+  Without `matched` only the identity. Padding devices map to themselves;
+  tasks with fewer symmetries repeat the identity.
+  """
+  width = env.padding["max_devices"]
+  found = [device_symmetries.symmetries(task.topology) if matched else
+           np.arange(task.topology.num_devices, dtype=np.int32)[None]
+           for task in env.tasks]
+  count = max(len(s) for s in found)
+  table = np.tile(np.arange(width, dtype=np.int32), (len(found), count, 1))
+  for i, symmetry in enumerate(found):
+    table[i, :len(symmetry), :symmetry.shape[1]] = symmetry
+  return table
+
+
+def _matched(logits, labels, mask, symmetries):
+  """labels [B, G] renamed by the symmetry [B, P, D] the logits like best.
+
+  A symmetry's score is the summed log-probability of the renamed labels
+  over the real groups; the choice is data, not differentiated.
+  """
+  depth = tf.shape(logits)[-1]
+  log_p = tf.stop_gradient(tf.nn.log_softmax(logits))
+  log_p = tf.where(tf.math.is_finite(log_p), log_p, -1e9)
+  # score[b, a, c]: the groups labelled a, were they labelled c.
+  score = tf.einsum("bga,bgc->bac",
+                    tf.one_hot(labels, depth) * mask[..., None], log_p)
+  per_symmetry = tf.einsum("bpac,bac->bp", tf.one_hot(symmetries, depth),
+                           score)
+  best = tf.argmax(per_symmetry, axis=1, output_type=tf.int32)
+  renaming = tf.gather(symmetries, best, batch_dims=1)  # [B, D]
+  return tf.gather(renaming, labels, batch_dims=1)
+
+
 def _built_variables(policy, env, index: int) -> List[tf.Variable]:
   """The policy's trainable variables, created by one call if need be."""
   actor_network.shared_logits(policy, _stack(env, [index]))
@@ -267,13 +320,14 @@ def _loss_and_hits(logits, labels, mask):
   return tf.reduce_mean(per_graph), tf.reduce_sum(hits * mask)
 
 
-def _final_pass(policy, env, indices, labels, masks, size: int):
+def _final_pass(policy, env, indices, labels, masks, symmetries, size: int):
   """(loss, accuracy, task index -> greedy group devices) after training."""
   total_loss = total_hits = 0.0
   greedy = {}
   for batch in _batches(indices, size):
     logits = actor_network.shared_logits(policy, _stack(env, batch))
-    loss, hits = _loss_and_hits(logits, labels[batch], masks[batch])
+    matched = _matched(logits, labels[batch], masks[batch], symmetries[batch])
+    loss, hits = _loss_and_hits(logits, matched, masks[batch])
     total_loss += float(loss) * len(batch)
     total_hits += float(hits)
     argmax = tf.argmax(logits, -1, output_type=tf.int32).numpy()

@@ -10,6 +10,13 @@ the environment judges PPO's samples (`baselines.best_of`); a baseline that
 cannot place the graph (no rules for it, say) is left out and named in the
 target's `skipped`.
 
+A placement the policy imitates only partly (half its groups right, say)
+can be far slower than either the target or one device: every group on
+the wrong side of a cut adds a transfer. With a `tolerance` the target is
+therefore the simplest candidate within that fraction of the fastest: the
+one that moves the fewest bytes between devices (ties: the faster), so a
+scatter that wins by 2% gives way to one device or a clean pipeline.
+
     found = search_targets.targets(tasks, "runs/pre/targets",
                                    evaluations=2000, log=print)
 
@@ -65,6 +72,8 @@ class Target:
       evaluations, repaired}.
     skipped: method -> why it could not place the graph.
     reason: why there is no target, or None.
+    fastest_us: the fastest candidate's step time (`step_time_us` is the
+      chosen one's; they differ only with a tolerance).
   """
   task: str
   method: Optional[str]
@@ -75,12 +84,14 @@ class Target:
   candidates: dict
   skipped: dict
   reason: Optional[str] = None
+  fastest_us: float = math.nan
 
 
 def search_target(task: environment.PlacementTask, *,
                   evaluations: int = DEFAULT_EVALUATIONS,
-                  seed: int = 0) -> Target:
-  """The best valid placement of `BASELINES` and `local_search` (module doc)."""
+                  seed: int = 0, tolerance: float = 0.0) -> Target:
+  """The best valid placement of `BASELINES` and `local_search`, or the
+  simplest within `tolerance` of it (module doc)."""
   methods = [(name, {}) for name in BASELINES]
   methods.append((LOCAL_SEARCH, {"evaluations": int(evaluations)}))
   try:
@@ -90,52 +101,74 @@ def search_target(task: environment.PlacementTask, *,
     return Target(task=task.name, method=None, step_time_us=math.nan,
                   evaluations=0, group_devices=None, placement=None,
                   candidates={}, skipped={}, reason=str(e).splitlines()[0])
+  method = simplest(task.graph, found, tolerance)
+  placement = np.asarray(found.valid_placements[method], np.int32)
   inputs = features.policy_inputs(task.graph, task.topology)
   return Target(
-      task=task.name, method=found.method,
-      step_time_us=float(found.step_time_us),
+      task=task.name, method=method,
+      step_time_us=float(found.candidates[method]["step_time_us"]),
       evaluations=int(found.evaluations),
-      group_devices=features.node_to_group_placement(inputs, found.placement),
-      placement=np.asarray(found.placement, np.int32),
-      candidates=found.candidates, skipped=found.skipped)
+      group_devices=features.node_to_group_placement(inputs, placement),
+      placement=placement, candidates=found.candidates,
+      skipped=found.skipped, fastest_us=float(found.step_time_us))
+
+
+def simplest(graph, found: best_of.BestOf, tolerance: float) -> str:
+  """The valid candidate within `tolerance` of the fastest that moves the
+  fewest bytes between devices (ties: the faster, then the earlier)."""
+  if tolerance <= 0:
+    return found.method
+  limit = found.step_time_us * (1.0 + tolerance)
+  near = []
+  for order, (name, placement) in enumerate(found.valid_placements.items()):
+    step = found.candidates[name]["step_time_us"]
+    if step <= limit:
+      cut = placement[graph.edge_src] != placement[graph.edge_dst]
+      near.append((float(graph.edge_bytes[cut].sum()), step, order, name))
+  return min(near)[-1]
 
 
 def cache_path(cache_dir: str, task: environment.PlacementTask,
-               evaluations: int) -> str:
+               evaluations: int, tolerance: float = 0.0) -> str:
   """`<cache_dir>/<task>@<topology>-<fingerprint>-<evaluations>.json`.
 
   The topology is left out of the name when the task's name ends with it
-  (`tasks.placement_tasks` names tasks `<graph>@<devices>`).
+  (`tasks.placement_tasks` names tasks `<graph>@<devices>`); a tolerance
+  adds `-simplest<tolerance>` before `.json`.
   """
   fingerprint = identity.graph_fingerprint(task.graph)[:16]
   name = task.name
   if not name.endswith(f"@{task.topology.name}"):
     name = f"{name}@{task.topology.name}"
   name = identity.safe_name(name)
+  suffix = f"-simplest{tolerance:g}" if tolerance > 0 else ""
   return os.path.join(cache_dir,
-                      f"{name}-{fingerprint}-{int(evaluations)}.json")
+                      f"{name}-{fingerprint}-{int(evaluations)}{suffix}.json")
 
 
 def targets(tasks: Sequence[environment.PlacementTask],
             cache_dir: Optional[str] = None, *,
             evaluations: int = DEFAULT_EVALUATIONS, seed: int = 0,
+            tolerance: float = 0.0,
             log: Optional[Callable[[str], None]] = None) -> List[Target]:
   """Each task's `Target`, read from `cache_dir` or searched and cached."""
   log = log or (lambda line: None)
   found = []
   for number, task in enumerate(tasks, 1):
-    path = cache_path(cache_dir, task, evaluations) if cache_dir else None
+    path = (cache_path(cache_dir, task, evaluations, tolerance)
+            if cache_dir else None)
     target = None
     if path and os.path.exists(path):
-      target, problem = read_target(path, task, evaluations, seed)
+      target, problem = read_target(path, task, evaluations, seed, tolerance)
       if target is None:
         log(f"imitation target {os.path.basename(path)}: {problem}; "
             "searching again")
     if target is None:
-      target = search_target(task, evaluations=evaluations, seed=seed)
+      target = search_target(task, evaluations=evaluations, seed=seed,
+                             tolerance=tolerance)
       if path:
         fileio.write_atomically(path, json.dumps(
-            _record(target, task, evaluations, seed)))
+            _record(target, task, evaluations, seed, tolerance)))
       log(f"imitation target {number}/{len(tasks)} {task.name}: "
           + _describe(target))
     found.append(target)
@@ -149,14 +182,16 @@ def _describe(target: Target) -> str:
           f"({target.evaluations} evaluations)")
 
 
-def _record(target: Target, task, evaluations: int, seed: int) -> dict:
+def _record(target: Target, task, evaluations: int, seed: int,
+            tolerance: float) -> dict:
   """The cache file's JSON document."""
   return {
       "format": FORMAT, "version": VERSION, "task": task.name,
       "topology": task.topology.name,
       "fingerprint": identity.graph_fingerprint(task.graph),
       "search_evaluations": int(evaluations), "seed": int(seed),
-      "method": target.method,
+      "tolerance": float(tolerance), "method": target.method,
+      "fastest_us": _finite_or_none(target.fastest_us),
       "step_time_us": (None if target.method is None
                        else float(target.step_time_us)),
       "evaluations": int(target.evaluations),
@@ -169,7 +204,8 @@ def _record(target: Target, task, evaluations: int, seed: int) -> dict:
   }
 
 
-def read_target(path: str, task, evaluations: int, seed: int):
+def read_target(path: str, task, evaluations: int, seed: int,
+                tolerance: float = 0.0):
   """(Target, None) from a cache file, or (None, why it cannot be used)."""
   try:
     with open(path, encoding="utf-8") as f:
@@ -182,9 +218,12 @@ def read_target(path: str, task, evaluations: int, seed: int):
             "topology": task.topology.name,
             "fingerprint": identity.graph_fingerprint(task.graph),
             "search_evaluations": int(evaluations), "seed": int(seed)}
+  wanted["tolerance"] = float(tolerance)
   for key, value in wanted.items():
-    if doc.get(key) != value:
-      return None, f"{key} is {doc.get(key)!r}, not {value!r}"
+    # Files written before tolerances existed are tolerance 0.
+    have = doc.get(key, 0.0 if key == "tolerance" else None)
+    if have != value:
+      return None, f"{key} is {have!r}, not {value!r}"
   try:
     if doc["method"] is None:
       return Target(task=task.name, method=None, step_time_us=math.nan,
@@ -194,16 +233,22 @@ def read_target(path: str, task, evaluations: int, seed: int):
     placement = np.asarray(doc["placement"], np.int64)
     group_devices = np.asarray(doc["group_devices"], np.int64)
     step = float(doc["step_time_us"])
+    fastest = doc.get("fastest_us")
     target = Target(task=task.name, method=str(doc["method"]),
                     step_time_us=step, evaluations=int(doc["evaluations"]),
                     group_devices=group_devices.astype(np.int32),
                     placement=placement.astype(np.int32),
                     candidates=dict(doc["candidates"]),
-                    skipped=dict(doc["skipped"]))
+                    skipped=dict(doc["skipped"]),
+                    fastest_us=step if fastest is None else float(fastest))
   except (KeyError, TypeError, ValueError) as e:
     return None, f"malformed ({type(e).__name__}: {e})"
   problem = _placement_problem(task, target)
   return (None, problem) if problem else (target, None)
+
+
+def _finite_or_none(value: float) -> Optional[float]:
+  return float(value) if math.isfinite(value) else None
 
 
 def _placement_problem(task, target: Target) -> Optional[str]:
