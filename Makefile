@@ -51,8 +51,8 @@ PRETRAIN_GRAPHS ?= $(subst $(eval) ,$(comma),$(strip \
   $(call pretrain_items,@v100x8,$(PRETRAIN_FAMILIES_8))))
 PRETRAIN_HELD_OUT ?= corpus:eval,gnmt8,transformer_xl8,wavenet4,amoebanet
 PRETRAIN_DEVICES ?= p100x4
-PRETRAIN_EPOCHS ?= 20
-PRETRAIN_ITERATIONS ?= 40
+PRETRAIN_EPOCHS ?= 6
+PRETRAIN_ITERATIONS ?= 30
 PRETRAIN_PLACER ?= transformer_xl
 PRETRAIN_SEED ?= 0
 PRETRAIN_ROOT ?= build/pretrain

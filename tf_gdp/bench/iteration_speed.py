@@ -1,13 +1,16 @@
-"""How long one PPO iteration takes on a large synthetic graph.
+"""How long one PPO iteration takes on a large graph.
 
 Times `Trainer.run_iteration` (B sampled placements from one forward pass,
-their simulation, the PPO epochs) on a random layered DAG, per topology: the
+their simulation, the PPO epochs) on a random layered DAG or a given graph
+(`--graph`, any graph spec: `gnmt8`, a file, `corpus:VARIANT`), per
+topology: the
 first iteration (which traces the policy's forward and backward pass) and
 the median of the next ones, split into forward / evaluate / train.
 
 Example:
   python -m tf_gdp.bench.iteration_speed --num_nodes=5000 \
       --topologies=p100x2,p100x4 --placer=transformer_xl
+  python -m tf_gdp.bench.iteration_speed --graph=gnmt8 --topologies=p100x4
 """
 
 import json
@@ -23,6 +26,7 @@ import tf_gdp  # pylint: disable=unused-import
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_gdp import fileio
+from tf_gdp import graph_specs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import generators
 from tf_gdp.rl import environment
@@ -33,6 +37,8 @@ from tf_gdp.rl import trainer as trainer_lib
 _NUM_NODES = flags.DEFINE_integer("num_nodes", 5000, "Ops of the layered DAG.",
                                   lower_bound=2)
 _WIDTH = flags.DEFINE_integer("width", 50, "Ops per layer.", lower_bound=1)
+_GRAPH = flags.DEFINE_string("graph", None, "A graph spec to time instead "
+                             "of the layered DAG.")
 _TOPOLOGIES = flags.DEFINE_list("topologies", ["p100x2", "p100x4"],
                                 "Topology presets or files.")
 _PLACER = flags.DEFINE_enum("placer", "transformer_xl",
@@ -87,9 +93,13 @@ def time_topology(graph, devices: str) -> dict:
 
 def main(argv):
   del argv
-  graph = generators.random_layered_graph(_NUM_NODES.value,
-                                          width=_WIDTH.value)
-  print(f"layered DAG: {graph.num_nodes} ops, {graph.num_edges} edges; "
+  if _GRAPH.value:
+    graph = graph_specs.load_graph(_GRAPH.value,
+                                   devices=_TOPOLOGIES.value[0]).graph
+  else:
+    graph = generators.random_layered_graph(_NUM_NODES.value,
+                                            width=_WIDTH.value)
+  print(f"{graph.name}: {graph.num_nodes} ops, {graph.num_edges} edges; "
         f"{_PLACER.value} policy (default config), {_SAMPLES.value} samples "
         "per iteration")
   results = []
@@ -103,7 +113,8 @@ def main(argv):
           f"checkpoint {row['checkpoint_s']:.2f} s", flush=True)
   if _JSON_OUT.value:
     fileio.write_atomically(_JSON_OUT.value, json.dumps(
-        {"num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+        {"graph": graph.name, "num_nodes": graph.num_nodes,
+         "num_edges": graph.num_edges,
          "placer": _PLACER.value, "samples": _SAMPLES.value,
          "results": results}, indent=1))
 
