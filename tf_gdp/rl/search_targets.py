@@ -35,7 +35,7 @@ from tf_gdp.baselines import best_of
 from tf_gdp.cost import simulator
 from tf_gdp.graph import identity
 from tf_gdp.policy import features
-from tf_gdp.rl import environment
+from tf_gdp.rl import placement_task
 
 BASELINES = ("single_device", "human_expert", "m_etf", "m_sct", "heft",
              "metis", "stage_pipeline", "contiguous_dp")
@@ -77,7 +77,7 @@ class Target:
   reason: Optional[str] = None
 
 
-def search_target(task: environment.PlacementTask, *,
+def search_target(task: placement_task.PlacementTask, *,
                   evaluations: int = DEFAULT_EVALUATIONS,
                   seed: int = 0) -> Target:
   """The best valid placement of `BASELINES` and `local_search` (module doc)."""
@@ -100,7 +100,7 @@ def search_target(task: environment.PlacementTask, *,
       candidates=found.candidates, skipped=found.skipped)
 
 
-def cache_path(cache_dir: str, task: environment.PlacementTask,
+def cache_path(cache_dir: str, task: placement_task.PlacementTask,
                evaluations: int) -> str:
   """`<cache_dir>/<task>@<topology>-<fingerprint>-<evaluations>.json`.
 
@@ -116,7 +116,7 @@ def cache_path(cache_dir: str, task: environment.PlacementTask,
                       f"{name}-{fingerprint}-{int(evaluations)}.json")
 
 
-def targets(tasks: Sequence[environment.PlacementTask],
+def targets(tasks: Sequence[placement_task.PlacementTask],
             cache_dir: Optional[str] = None, *,
             evaluations: int = DEFAULT_EVALUATIONS, seed: int = 0,
             log: Optional[Callable[[str], None]] = None) -> List[Target]:
