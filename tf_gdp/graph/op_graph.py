@@ -215,10 +215,12 @@ class OpGraph:
     missing = [f for f in self.fetches if f not in self.node_index]
     if missing:
       raise errors.GraphFormatError(f"fetch {missing[0]!r} is not a node")
-    if _topological_order(n, self.edge_src, self.edge_dst) is None:
+    order = _topological_order(n, self.edge_src, self.edge_dst)
+    if order is None:
       raise errors.GraphFormatError(
           f"the edges contain a cycle (through {self._a_cycle_node()!r}); "
           "loop back-edges belong in back_edges")
+    self.__dict__["topo_order"] = order  # what `topo_order` would compute
 
   def _a_cycle_node(self) -> str:
     """Name of one node on a cycle, for the error message."""
@@ -238,18 +240,22 @@ def _topological_order(n, src, dst, indegree_out=None) -> Optional[np.ndarray]:
   indegree = (indegree_out if indegree_out is not None
               else np.bincount(dst, minlength=n).astype(np.int64))
   by_src = np.argsort(src, kind="stable")
-  targets = dst[by_src]
-  starts = np.searchsorted(src[by_src], np.arange(n + 1))
+  # Python lists: the loop visits every edge, and numpy scalars are slow.
+  targets = dst[by_src].tolist()
+  starts = np.searchsorted(src[by_src], np.arange(n + 1)).tolist()
+  remaining = indegree.tolist()
   order = []
-  heap = [int(i) for i in np.flatnonzero(indegree == 0)]
+  heap = np.flatnonzero(indegree == 0).tolist()
   heapq.heapify(heap)
   while heap:
     node = heapq.heappop(heap)
     order.append(node)
     for succ in targets[starts[node]:starts[node + 1]]:
-      indegree[succ] -= 1
-      if indegree[succ] == 0:
-        heapq.heappush(heap, int(succ))
+      remaining[succ] -= 1
+      if remaining[succ] == 0:
+        heapq.heappush(heap, succ)
+  if indegree_out is not None:
+    indegree_out[:] = remaining
   if len(order) != n:
     return None
   return np.asarray(order, np.int32)
