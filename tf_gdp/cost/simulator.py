@@ -141,6 +141,8 @@ class SimulatorPlan:
   group_first: np.ndarray
   tables: "weakref.WeakKeyDictionary" = dataclasses.field(
       default_factory=weakref.WeakKeyDictionary, repr=False)
+  # Device kind -> bool[n] ops that may run on it (shared by topologies).
+  kind_ok: dict = dataclasses.field(default_factory=dict, repr=False)
 
   @functools.cached_property
   def kernel_arrays(self) -> dict:
@@ -279,11 +281,15 @@ def _build_tables(graph: op_graph.OpGraph,
   worst = np.max(np.stack(list(graph.costs.values())), axis=0)
   duration = np.empty((n, d), np.float64)
   kind_ok = np.empty((n, d), np.bool_)
+  of_kind = prepare(graph).kind_ok
   for j, device in enumerate(topology.devices):
     duration[:, j] = graph.costs.get(device.kind, worst) / device.speed
-    kind_ok[:, j] = [device.kind in graph.costs and
-                     (allowed is None or device.kind in allowed)
-                     for allowed in graph.device_kinds]
+    if device.kind not in of_kind:
+      of_kind[device.kind] = np.array([
+          device.kind in graph.costs and
+          (allowed is None or device.kind in allowed)
+          for allowed in graph.device_kinds], np.bool_)
+    kind_ok[:, j] = of_kind[device.kind]
   pin_ok = np.ones((n, d), np.bool_)
   specs = [device_names.parse_device(name) for name in topology.device_names]
   for pin in set(p for p in graph.pinned_devices if p is not None):
