@@ -129,6 +129,12 @@ class OpGraph:
     return order
 
   @functools.cached_property
+  def structure(self) -> "Structure":
+    """What this graph shares with its `with_costs` copies: caches of what
+    does not depend on costs (the simulator's plan) are keyed on it."""
+    return Structure()
+
+  @functools.cached_property
   def group_ids(self) -> np.ndarray:
     """int32[num_nodes]: colocation group id, or the node's own singleton id.
 
@@ -149,7 +155,7 @@ class OpGraph:
     """A copy pricing the same ops with other costs (the same device kinds).
 
     Cheap: the structure is shared, not validated again, and its cached
-    topological order, node index and group ids carry over. Raises
+    topological order, node index, group ids and `structure` carry over. Raises
     GraphFormatError when the kinds differ or a column is malformed.
     """
     if set(costs) != set(self.costs):
@@ -164,7 +170,7 @@ class OpGraph:
             f"cost[{kind}] must have one entry per node")
     copy = dataclasses.replace(self, costs=columns,
                                metadata=dict(self.metadata))
-    for name in ("node_index", "topo_order", "group_ids"):
+    for name in ("node_index", "topo_order", "group_ids", "structure"):
       if name in self.__dict__:  # functools.cached_property's store
         copy.__dict__[name] = self.__dict__[name]
     return copy
@@ -229,6 +235,11 @@ class OpGraph:
                                indegree_out=indegree)
     del order
     return self.node_names[int(np.flatnonzero(indegree > 0)[0])]
+
+
+class Structure:
+  """A weakly referenceable token of one graph structure (`OpGraph.structure`)."""
+  __slots__ = ("__weakref__",)
 
 
 def _topological_order(n, src, dst, indegree_out=None) -> Optional[np.ndarray]:
