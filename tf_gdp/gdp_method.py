@@ -27,14 +27,19 @@ def check_policy(policy: Optional[str] = None) -> str:
   Raises InputError when it is missing or not a loadable saved policy, so
   that a batch fails once, before its first graph, not once per graph.
   """
-  from tf_gdp.rl import policy_io  # pylint: disable=g-import-not-at-top
   policy_path = policy or PRETRAINED_POLICY
+  _load(policy_path)  # config and weights present, readable
+  return policy_path
+
+
+def _load(policy_path: str):
+  """The saved policy at `policy_path`; InputError if there is none."""
+  from tf_gdp.rl import policy_io  # pylint: disable=g-import-not-at-top
   if not os.path.isdir(policy_path):
     raise errors.InputError(
         f"no policy at {policy_path}: pass a saved policy directory, or run "
         "`make pretrain` to build the shipped one")
-  policy_io.load_policy(policy_path)  # config and weights present, readable
-  return policy_path
+  return policy_io.load_policy(policy_path)
 
 
 def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
@@ -51,11 +56,12 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
   # Zero-shot needs no tf-agents; fine-tuning imports it when it runs.
   from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import zero_shot  # pylint: disable=g-import-not-at-top
-  policy_path = check_policy(policy)
   started = time.perf_counter()
+  policy_path = policy or PRETRAINED_POLICY
+  loaded = _load(policy_path)
   task = placement_task.PlacementTask(graph, topology, extracted=extracted,
                                       name=graph.name)
-  shot = zero_shot.zeroshot(policy_path, task, samples=samples, seed=seed)
+  shot = zero_shot.zeroshot(loaded, task, samples=samples, seed=seed)
   placement = shot.placement
   details = {"mode": "zero-shot", "policy": policy_path,
              "zero_shot_step_time_us": shot.step_time_us,
