@@ -113,12 +113,12 @@ def test_curves_are_best_so_far_and_end_at_the_result(result):
 
 
 def test_gdp_is_reproducible(result, loaded, tiny_policy):
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import zero_shot  # pylint: disable=g-import-not-at-top
   first = result["budgets"][0]["rows"][0]
-  task = environment.PlacementTask(loaded.graph, topology.get(DEVICES),
-                                   name="layered_30")
-  shot = workflows.zeroshot(tiny_policy, task, samples=SAMPLES, seed=0)
+  task = placement_task.PlacementTask(loaded.graph, topology.get(DEVICES),
+                                      name="layered_30")
+  shot = zero_shot.zeroshot(tiny_policy, task, samples=SAMPLES, seed=0)
   again = gdp_search.run(
       tiny_policy, task, samples=SAMPLES, seed=0, shot=shot,
       finetune_evaluations=first["finetune_evaluations"],

@@ -20,10 +20,11 @@ from tf_gdp.bench import generalization_check
 from tf_gdp.bench import policy_controls
 from tf_gdp.cost import topology
 from tf_gdp.policy import features
-from tf_gdp.rl import environment
 from tf_gdp.rl import exploration
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import train_config
 from tf_gdp.rl import workflows
+from tf_gdp.rl import zero_shot
 
 # As in test_budget_check, with its own initialiser seed: the random
 # control (seeded with the benchmark's seed, 0) must not be this policy.
@@ -56,7 +57,7 @@ def cells_task():
   graph = bench_graphs.parse("cells:40")[0].load("p100x3").graph
   kinds = tuple(("GPU",) if i % 3 == 0 else None
                 for i in range(graph.num_nodes))
-  return environment.PlacementTask(
+  return placement_task.PlacementTask(
       dataclasses.replace(graph, device_kinds=kinds), topology.get("p100x3"),
       name="cells_40")
 
@@ -246,7 +247,7 @@ def test_uniform_logits_are_uniform_over_allowed_devices(controls, cells_task):
   assert np.nanmax(np.nanstd(spread, axis=-1)) > 1e-3
   # Zero-shot: its greedy placement is every group on its first allowed
   # device; its samples differ from the pre-trained policy's.
-  shots = {name: workflows.zeroshot(controls[name], cells_task,
+  shots = {name: zero_shot.zeroshot(controls[name], cells_task,
                                     samples=SAMPLES, seed=0)
            for name in ("pretrained", "uniform")}
   first_allowed = np.argmax(allowed[real], axis=-1)

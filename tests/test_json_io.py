@@ -180,3 +180,40 @@ def test_null_optional_fields_read_as_absent(document, data):
           item[key] = None
   graph = gdp_graph.from_document(with_nulls)
   assert gdp_graph.to_document(graph) == document
+
+
+_ODD_VALUES = (None, -1, True, 0, 1.5, "x", "", [], {}, 2**63, 2**62, 10**400,
+               float("nan"), float("inf"), 1e300, [[1, "a"]], [None], [[-2]],
+               [[True]], ["GPU", 3], ["GPU"], "GPU")
+
+
+@settings(max_examples=300, deadline=None)
+@given(canonical_documents(), st.data())
+def test_bulk_reading_agrees_with_item_by_item_reading(document, data):
+  """The fast reader refuses (None) whatever the checking one refuses, and
+  otherwise reads the same columns, value types included."""
+  # pylint: disable=protected-access
+  from tf_gdp.graph import json_io  # pylint: disable=g-import-not-at-top
+  document = copy.deepcopy(document)
+  for _ in range(data.draw(st.integers(0, 3))):
+    items = document["nodes"] + document["edges"]
+    item = data.draw(st.sampled_from(items))
+    if isinstance(item.get("cost"), dict) and data.draw(st.booleans()):
+      item = item["cost"]
+    key = data.draw(st.sampled_from(sorted(
+        set(item) | {"extra", "temp_bytes", "output", "device_kinds"})))
+    if data.draw(st.integers(0, 9)) == 0:
+      item.pop(key, None)
+    else:
+      item[key] = copy.deepcopy(data.draw(st.sampled_from(_ODD_VALUES)))
+  nodes, edges = document["nodes"], document["edges"]
+  try:
+    checked = json_io._read_one_by_one(nodes, edges)
+  except errors.GraphFormatError:
+    checked = None
+  bulk = json_io._read_in_bulk(nodes, edges)
+  if checked is None:
+    assert bulk is None
+  elif bulk is not None:
+    assert bulk == checked
+    assert repr(bulk) == repr(checked)  # ints stay ints, floats floats

@@ -12,6 +12,7 @@ from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
 from rl_graphs import GIB, gpus, two_chains  # tests/ helper
 from tf_gdp.rl import observations
 from tf_gdp.rl import outputs
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import rewards
 from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp import errors
@@ -41,7 +42,7 @@ def split_action(env, index=0):
 
 
 def test_specs_and_one_step():
-  task = environment.PlacementTask(two_chains(), gpus())
+  task = placement_task.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
   action_spec = env.action_spec()
   assert action_spec.shape == (8,) and action_spec.dtype == np.int32
@@ -66,7 +67,8 @@ def test_specs_and_one_step():
 
 def test_batch_rewards_match_the_simulator_and_keep_the_best():
   graph, topology = two_chains(), gpus()
-  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)])
+  env = environment.PlacementEnv(
+      [placement_task.PlacementTask(graph, topology)])
   rng = np.random.default_rng(0)
   actions = rng.integers(0, 2, (12, 8)).astype(np.int32)
   evaluation = env.evaluate(0, actions)
@@ -88,8 +90,8 @@ def test_out_of_memory_is_penalized_below_the_reference():
   # 600 MiB per op: one chain (2.4 GiB) fits a 3 GiB GPU, both do not.
   graph = two_chains(memory=600 << 20)
   topology = gpus(memory=3 * GIB)
-  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)],
-                                 repair_invalid=False)
+  env = environment.PlacementEnv(
+      [placement_task.PlacementTask(graph, topology)], repair_invalid=False)
   together = np.zeros((1, 8), np.int32)
   evaluation = env.evaluate(0, np.concatenate([together, [split_action(env)]]))
   assert list(evaluation.valid) == [False, True]
@@ -105,7 +107,8 @@ def test_out_of_memory_is_penalized_below_the_reference():
 def test_an_out_of_memory_action_is_repaired_and_returned_as_executed():
   graph = two_chains(memory=600 << 20)
   topology = gpus(memory=3 * GIB)
-  env = environment.PlacementEnv([environment.PlacementTask(graph, topology)])
+  env = environment.PlacementEnv(
+      [placement_task.PlacementTask(graph, topology)])
   together = np.zeros((1, 8), np.int32)
   evaluation = env.evaluate(0, together)
   assert list(evaluation.valid) == [True]
@@ -133,9 +136,9 @@ def test_reward_function():
 
 
 def test_several_tasks_pad_to_the_largest_and_observe_each():
-  small = environment.PlacementTask(two_chains(2), gpus(2), name="small")
-  large = environment.PlacementTask(two_chains(5), gpus(4, name="g4"),
-                                    name="large")
+  small = placement_task.PlacementTask(two_chains(2), gpus(2), name="small")
+  large = placement_task.PlacementTask(two_chains(5), gpus(4, name="g4"),
+                                       name="large")
   env = environment.PlacementEnv([small, large], seed=3)
   assert env.padding == {"max_nodes": 10, "max_edges": 8, "max_groups": 10,
                          "max_devices": 4}
@@ -156,7 +159,7 @@ def test_several_tasks_pad_to_the_largest_and_observe_each():
 
 
 def test_bad_arguments():
-  task = environment.PlacementTask(two_chains(), gpus())
+  task = placement_task.PlacementTask(two_chains(), gpus())
   with pytest.raises(errors.InputError):
     environment.PlacementEnv([])
   with pytest.raises(errors.InputError):
@@ -172,7 +175,7 @@ def test_bad_arguments():
 
 def test_the_robust_objective_rewards_the_median_over_members():
   graph, topology = two_chains(), gpus()
-  task = environment.PlacementTask(graph, topology)
+  task = placement_task.PlacementTask(graph, topology)
   env = environment.PlacementEnv([task], robust_members=5)
   actions = np.random.default_rng(1).integers(0, 2, (8, 8)).astype(np.int32)
   evaluation = env.evaluate(0, actions)
@@ -200,7 +203,8 @@ def test_the_robust_objective_rewards_the_median_over_members():
 
 
 def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch):
-  task = environment.PlacementTask(two_chains(), gpus(), extracted=_NO_TF_GRAPH)
+  task = placement_task.PlacementTask(two_chains(), gpus(),
+                                      extracted=_NO_TF_GRAPH)
   env = environment.PlacementEnv([task], backend="mix", measure_target="local",
                                  measure_top_k=1, measure_confirm=0)
   measured = []
@@ -232,7 +236,8 @@ def test_mix_measures_the_best_candidates_and_judges_by_measurement(monkeypatch)
 
 
 def test_a_lucky_measurement_does_not_become_the_best(monkeypatch):
-  task = environment.PlacementTask(two_chains(), gpus(), extracted=_NO_TF_GRAPH)
+  task = placement_task.PlacementTask(two_chains(), gpus(),
+                                      extracted=_NO_TF_GRAPH)
   env = environment.PlacementEnv([task], backend="measure",
                                  measure_target="local", measure_confirm=2)
   split = split_action(env)
@@ -271,7 +276,7 @@ def test_a_lucky_measurement_does_not_become_the_best(monkeypatch):
 
 
 def test_placement_file_round_trip(tmp_path):
-  task = environment.PlacementTask(two_chains(), gpus())
+  task = placement_task.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
   env.evaluate(0, split_action(env)[None])
   path = str(tmp_path / "best.json")
@@ -279,7 +284,7 @@ def test_placement_file_round_trip(tmp_path):
   restored = outputs.read_best(path, task, env.inputs(0))
   assert restored.step_time_us == env.best(0).step_time_us
   np.testing.assert_array_equal(restored.placement, env.best(0).placement)
-  other = environment.PlacementTask(two_chains(3), gpus())
+  other = placement_task.PlacementTask(two_chains(3), gpus())
   assert outputs.read_best(path, other, env.inputs(0)) is None
 
 

@@ -17,12 +17,12 @@ from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
 from rl_graphs import gpus, two_chains  # tests/ helper
 from tf_gdp.rl import actor_network
 from tf_gdp.rl import exploration
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import policy_io
-from tf_gdp.rl import ppo
 from tf_gdp.rl import run_dir
 from tf_gdp.rl import train_config
 from tf_gdp.rl import trainer as trainer_lib
-from tf_gdp.rl import workflows
+from tf_gdp.rl import zero_shot
 from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp.cost import simulator
@@ -48,7 +48,8 @@ def learn_config(seed=1):
   return train_config.TrainConfig(
       samples_per_graph=32, graphs_per_iteration=1, seed=seed,
       log_every_seconds=1e9, checkpoint_every_seconds=1e9,
-      ppo=ppo.PpoConfig(learning_rate=3e-3, entropy_regularization=0.01))
+      ppo=train_config.PpoConfig(learning_rate=3e-3,
+                                 entropy_regularization=0.01))
 
 
 @pytest.fixture(scope="module", params=PLACERS)
@@ -56,7 +57,7 @@ def trained(request, tmp_path_factory):
   """A trainer that learned to split two chains (or the test fails)."""
   placer = request.param
   root = str(tmp_path_factory.mktemp(f"two_chains_{placer}"))
-  task = environment.PlacementTask(two_chains(), gpus())
+  task = placement_task.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
   trainer = trainer_lib.Trainer(env, tiny_policy(placer), config=learn_config(),
                               root_dir=root, log=lambda line: None)
@@ -144,8 +145,8 @@ def test_zeroshot_respects_constraints(trained):
       edge_bytes=graph.edge_bytes, device_kinds=kinds, pinned_devices=pins,
       colocation_groups=groups, fetches=graph.fetches)
   topology = topology_lib.get("p100x4")
-  shot = workflows.zeroshot(trainer.policy,
-                            environment.PlacementTask(graph, topology),
+  shot = zero_shot.zeroshot(trainer.policy,
+                            placement_task.PlacementTask(graph, topology),
                             samples=8, seed=3)
   assert simulator.constraint_problems(graph, shot.placement, topology) == []
   assert shot.valid
@@ -166,8 +167,8 @@ def test_distribution_reports_logits_and_sums_groups():
 
 
 def test_rows_showing_one_graph_are_encoded_once():
-  small = environment.PlacementTask(two_chains(3), gpus(), name="small")
-  large = environment.PlacementTask(two_chains(5), gpus(3), name="large")
+  small = placement_task.PlacementTask(two_chains(3), gpus(), name="small")
+  large = placement_task.PlacementTask(two_chains(5), gpus(3), name="large")
   env = environment.PlacementEnv([small, large])
   policy = tiny_policy("transformer_xl")
   batches = []
@@ -198,8 +199,8 @@ def _layers(layers):
 
 def test_rows_with_exploration_noise_get_their_own_logits():
   env = environment.PlacementEnv([
-      environment.PlacementTask(_layers(3), gpus(), name="small"),
-      environment.PlacementTask(_layers(5), gpus(), name="large")])
+      placement_task.PlacementTask(_layers(3), gpus(), name="small"),
+      placement_task.PlacementTask(_layers(5), gpus(), name="large")])
   policy = tiny_policy("feedforward")
   rng = np.random.default_rng(0)
   rows = []
@@ -219,8 +220,8 @@ def test_rows_with_exploration_noise_get_their_own_logits():
 def test_exploring_trainer_stores_the_logits_its_samples_came_from():
   """PPO's first-epoch ratio must be exactly 1: the stored behaviour logits
   are what the policy gives each row under that row's noise."""
-  env = environment.PlacementEnv([environment.PlacementTask(_layers(4),
-                                                            gpus())])
+  env = environment.PlacementEnv([placement_task.PlacementTask(_layers(4),
+                                                               gpus())])
   config = dataclasses.replace(learn_config(), samples_per_graph=4)
   trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"), config=config,
                               log=lambda line: None)
@@ -305,9 +306,9 @@ def test_kill_and_resume_keeps_the_best_placement(tmp_path):
   assert before["method"] == "gdp" and before["step_time_source"] == "simulate"
 
   item = graph_specs.parse(graphs)[0]
-  task = environment.PlacementTask(item.load(devices).graph,
-                                   topology_lib.get(devices),
-                                   name=f"{item.label}@{devices}")
+  task = placement_task.PlacementTask(item.load(devices).graph,
+                                      topology_lib.get(devices),
+                                      name=f"{item.label}@{devices}")
   resumed_env = environment.PlacementEnv([task])
   with open(os.path.join(root, policy_io.POLICY_CONFIG_FILE)) as f:
     policy = policy_io.build_policy(json.load(f))
@@ -336,7 +337,7 @@ runner.run_command(finetune.main, ["tf-gdp finetune"] + sys.argv[1:])
 
 
 def test_best_placements_are_pictured_in_tensorboard(tmp_path):
-  task = environment.PlacementTask(two_chains(), gpus())
+  task = placement_task.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
   config = train_config.TrainConfig(samples_per_graph=4, graphs_per_iteration=1,
                                  log_every_seconds=1e9,
@@ -353,11 +354,11 @@ def test_best_placements_are_pictured_in_tensorboard(tmp_path):
 
 def test_a_root_holding_another_run_is_refused(tmp_path):
   config = train_config.TrainConfig(samples_per_graph=2, graphs_per_iteration=1)
-  first = environment.PlacementEnv([environment.PlacementTask(two_chains(),
-                                                              gpus())])
+  first = environment.PlacementEnv([placement_task.PlacementTask(two_chains(),
+                                                                 gpus())])
   trainer_lib.Trainer(first, tiny_policy("feedforward"), config=config,
                     root_dir=str(tmp_path), log=lambda line: None)
-  other = environment.PlacementEnv([environment.PlacementTask(
+  other = environment.PlacementEnv([placement_task.PlacementTask(
       two_chains(length=3), gpus())])
   with pytest.raises(errors.InputError, match="holds a run over other graphs"):
     trainer_lib.Trainer(other, tiny_policy("feedforward"), config=config,
@@ -421,7 +422,7 @@ def test_finetune_command_writes_a_placement(tmp_path):
 
 
 def test_a_policy_stuck_on_one_placement_is_made_to_explore_again():
-  task = environment.PlacementTask(two_chains(), gpus())
+  task = placement_task.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
   policy = tiny_policy("feedforward")
   config = dataclasses.replace(learn_config(), samples_per_graph=8,
@@ -471,7 +472,7 @@ def test_every_other_sample_gets_a_pipeline_push():
 
 
 def test_pipeline_pushes_stop_when_they_do_not_pay_off():
-  task = environment.PlacementTask(two_chains(), gpus())
+  task = placement_task.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])
   config = dataclasses.replace(learn_config(), samples_per_graph=4,
                                pipeline_patience=3)
@@ -502,8 +503,8 @@ def test_pipeline_pushes_stop_when_they_do_not_pay_off():
 def test_self_imitation_trains_on_the_best_placement_so_far():
   """The extra row is the best placement, drawn as the noise-free policy
   would (ratio 1), with advantage max(0, its reward - the unpushed mean)."""
-  env = environment.PlacementEnv([environment.PlacementTask(two_chains(),
-                                                            gpus())])
+  env = environment.PlacementEnv([placement_task.PlacementTask(two_chains(),
+                                                               gpus())])
   config = dataclasses.replace(learn_config(), samples_per_graph=4)
   trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"), config=config,
                               log=lambda line: None)
@@ -543,7 +544,7 @@ def test_self_imitation_trains_on_the_best_placement_so_far():
 
 
 def test_self_imitation_is_for_single_graph_runs_only():
-  tasks = [environment.PlacementTask(two_chains(), gpus(), name=name)
+  tasks = [placement_task.PlacementTask(two_chains(), gpus(), name=name)
            for name in ("a", "b")]
   config = learn_config()
   trainer = trainer_lib.Trainer(environment.PlacementEnv(tasks),

@@ -135,13 +135,14 @@ def test_gdp_place_measures_only_when_allowed(tmp_path):
 
 def test_training_on_measurements_refuses_at_setup(tmp_path):
   from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
   from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
   extracted = extract.from_function(
       _writing_step(str(tmp_path / "written.txt")), tf.ones([4, 4]))
   graph = graph_specs.op_graph_from_extracted(extracted, name="writer",
                                               devices="local-cpus:2")
-  task = environment.PlacementTask(graph, gdp.get_topology("local-cpus:2"),
-                                   extracted=extracted)
+  task = placement_task.PlacementTask(graph, gdp.get_topology("local-cpus:2"),
+                                      extracted=extracted)
   with pytest.raises(errors.InputError, match="writer@local-cpus:2 has ops"):
     environment.PlacementEnv([task], backend="measure", measure_target="local")
   environment.PlacementEnv([task], backend="measure", measure_target="local",

@@ -27,14 +27,19 @@ def check_policy(policy: Optional[str] = None) -> str:
   Raises InputError when it is missing or not a loadable saved policy, so
   that a batch fails once, before its first graph, not once per graph.
   """
-  from tf_gdp.rl import policy_io  # pylint: disable=g-import-not-at-top
   policy_path = policy or PRETRAINED_POLICY
+  _load(policy_path)  # config and weights present, readable
+  return policy_path
+
+
+def _load(policy_path: str):
+  """The saved policy at `policy_path`; InputError if there is none."""
+  from tf_gdp.rl import policy_io  # pylint: disable=g-import-not-at-top
   if not os.path.isdir(policy_path):
     raise errors.InputError(
         f"no policy at {policy_path}: pass a saved policy directory, or run "
         "`make pretrain` to build the shipped one")
-  policy_io.load_policy(policy_path)  # config and weights present, readable
-  return policy_path
+  return policy_io.load_policy(policy_path)
 
 
 def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
@@ -48,15 +53,15 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
   over that many perturbed cost models, and so is the choice between the
   zero-shot and the fine-tuned placement.
   """
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  policy_path = check_policy(policy)
+  # Zero-shot needs no tf-agents; fine-tuning imports it when it runs.
+  from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import zero_shot  # pylint: disable=g-import-not-at-top
   started = time.perf_counter()
-  task = environment.PlacementTask(graph, topology, extracted=extracted,
-                                   name=graph.name)
-  shot = workflows.zeroshot(policy_path, task, samples=samples, seed=seed)
+  policy_path = policy or PRETRAINED_POLICY
+  loaded = _load(policy_path)
+  task = placement_task.PlacementTask(graph, topology, extracted=extracted,
+                                      name=graph.name)
+  shot = zero_shot.zeroshot(loaded, task, samples=samples, seed=seed)
   placement = shot.placement
   details = {"mode": "zero-shot", "policy": policy_path,
              "zero_shot_step_time_us": shot.step_time_us,
@@ -67,6 +72,11 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
              "zero_shot_repaired": shot.repaired}
   evaluations = shot.evaluations
   if budget_seconds > 0 or budget_evaluations:
+    # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    from tf_gdp.rl import train_config
+    from tf_gdp.rl import workflows
+    # pylint: enable=g-import-not-at-top
     config = train_config.TrainConfig(
         graphs_per_iteration=1, samples_per_graph=max(samples, 2), seed=seed,
         log_every_seconds=30.0, checkpoint_every_seconds=1e9,

@@ -209,10 +209,16 @@ class GroupView:
     """bool[n, d]: the op's group may use the device."""
     return self.allowed[self.group_of]
 
+  @functools.cached_property
+  def fastest(self) -> np.ndarray:
+    """int64[G]: the allowed device where each group runs fastest (lowest
+    index on ties)."""
+    times = np.where(self.allowed, self.duration, np.inf)
+    return np.argmin(times, axis=1).astype(np.int64)
+
   def fastest_allowed(self, g: int) -> int:
-    """The allowed device where group g runs fastest (lowest index on ties)."""
-    times = np.where(self.allowed[g], self.duration[g], np.inf)
-    return int(np.argmin(times))
+    """The allowed device where group g runs fastest (`fastest`)."""
+    return int(self.fastest[g])
 
 
 def group_view(graph: op_graph.OpGraph,

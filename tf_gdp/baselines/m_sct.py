@@ -43,8 +43,6 @@ there is nothing to choose and m-SCT is m-ETF.
 """
 
 import numpy as np
-from scipy import optimize
-from scipy import sparse
 
 from tf_gdp.baselines import common
 from tf_gdp.baselines import communication
@@ -193,6 +191,9 @@ def _solve_window(ops, src, dst, cost, p, start, has_child):
   row += int(binding.sum())
   del children
 
+  # scipy's solver loads only when m-SCT runs: most placements never need it.
+  from scipy import optimize  # pylint: disable=g-import-not-at-top
+  from scipy import sparse  # pylint: disable=g-import-not-at-top
   matrix = sparse.csr_matrix(
       (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
       shape=(row, w_col + 1))

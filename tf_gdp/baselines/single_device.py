@@ -21,8 +21,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   """Fastest valid single-device placement; InputError if none fits."""
   del seed  # deterministic
   view = common.group_view(graph, topology)
-  fallback = np.array([view.fastest_allowed(g)
-                       for g in range(view.num_groups)], np.int64)
+  fallback = view.fastest
   best, best_time, smallest_overflow = None, np.inf, None
   tried = []
   for j in range(view.num_devices):

@@ -59,10 +59,10 @@ def rule_placements(graph: op_graph.OpGraph,
   """
   view = common.group_view(graph, topology)
   placements = {}
-  for rule in scopes.STAGE_RULES:
-    stage, known = scopes.stage_coordinates(
-        graph.node_names, graph.edge_src, graph.edge_dst, graph.topo_order,
-        rule=rule)
+  for rule, (stage, known) in zip(scopes.STAGE_RULES,
+                                  scopes.stage_coordinates_of_rules(
+                                      graph.node_names, graph.edge_src,
+                                      graph.edge_dst, graph.topo_order)):
     if not known.any():
       continue
     pull = stage_pull(stage, known, topology)

@@ -4,7 +4,10 @@
 placement competes with the repaired placements of the `FALLBACKS` (a
 repair may have to move much of the graph, and a memory-aware baseline can
 then be faster), and if the repair cannot make it fit they alone do; the
-fastest valid one is used, and the summary names a fallback that won. When none fits either,
+fastest valid one is used, and the summary names a fallback that won. When
+no fallback gives a valid placement (their memory estimates can refuse what
+an exact placement fits), the repair of everything on the first device is
+tried last (`FIRST_DEVICE`). When none fits either,
 `errors.NoValidPlacementError` says so in one line with the numbers. No
 caller ever gets an invalid placement back as a result.
 """
@@ -25,6 +28,8 @@ from tf_gdp.graph import op_graph
 # Tried, each repaired, when the method's own placement cannot be repaired:
 # one device first, then the memory-aware list schedulers and partitioners.
 FALLBACKS = ("single_device", "m_etf", "m_sct", "metis", "contiguous_dp")
+# The name of the last resort in a summary's "fallback".
+FIRST_DEVICE = "repaired_first_device"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +95,11 @@ def _fallback(graph, topology, method, seed, why, evaluations,
     evaluations += found.evaluations + other.evaluations
     if other.valid and (best is None or other.step_time_us < best.step_time_us):
       best, best_name = other, name
+  if best is None:
+    other = repair.repair(graph, topology, np.zeros(graph.num_nodes, np.int32))
+    evaluations += other.evaluations
+    if other.valid:
+      best, best_name = other, FIRST_DEVICE
   if best is None:
     raise errors.NoValidPlacementError(
         f"no valid placement found for {graph.name!r} on {topology.name!r}: "

@@ -84,17 +84,17 @@ def check_graph(loaded, label: str, devices: str, *, budgets: Sequence[int],
                             f"got {hdp_mode!r}")
   # pylint: disable=g-import-not-at-top
   from tf_gdp.baselines import hdp
-  from tf_gdp.rl import environment
-  from tf_gdp.rl import workflows
+  from tf_gdp.rl import placement_task
+  from tf_gdp.rl import zero_shot
   # pylint: enable=g-import-not-at-top
   graph, topology = loaded.graph, topology_lib.get(devices)
   one_shot = harness.bench_graph(loaded, label, devices, methods, seed=seed,
                                  progress=log)
   best_method, best_us = harness.best_row(one_shot)
   reference = reference_evaluations(one_shot)
-  task = environment.PlacementTask(graph, topology, extracted=loaded.extracted,
-                                   name=label)
-  shot = workflows.zeroshot(policy, task, samples=samples, seed=seed)
+  task = placement_task.PlacementTask(graph, topology,
+                                      extracted=loaded.extracted, name=label)
+  shot = zero_shot.zeroshot(policy, task, samples=samples, seed=seed)
   hdp_rows = {}
 
   def hdp_row(budget):

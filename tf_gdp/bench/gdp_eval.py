@@ -48,8 +48,8 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   """
   from tf_gdp.baselines import hdp  # pylint: disable=g-import-not-at-top
   from tf_gdp.bench import gdp_search  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import zero_shot  # pylint: disable=g-import-not-at-top
   graph = loaded.graph
   topology = topology_lib.get(devices)
   gdp_search.finetune_budget(gdp_search.train_settings(samples, seed),
@@ -71,9 +71,9 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   log(f"  {label} / hdp: {rows[-1]['step_time_us'] / 1e3:,.1f} ms "
       f"({found.evaluations} evaluations, {found.seconds:.0f} s)")
 
-  task = environment.PlacementTask(graph, topology, extracted=loaded.extracted,
-                                   name=label)
-  shot = workflows.zeroshot(policy, task, samples=samples, seed=seed)
+  task = placement_task.PlacementTask(graph, topology,
+                                      extracted=loaded.extracted, name=label)
+  shot = zero_shot.zeroshot(policy, task, samples=samples, seed=seed)
   shot_evaluations = 1 + samples
   rows.append(_row("gdp_zeroshot", *harness.judge(graph, shot.placement,
                                                   topology),
@@ -81,7 +81,7 @@ def evaluate_graph(loaded, label: str, devices: str, *, policy: str,
   log(f"  {label} / gdp zero-shot: {shot.step_time_us / 1e3:,.1f} ms "
       f"({shot.seconds:.1f} s)")
   for name, path in (ablations or {}).items():
-    ablated = workflows.zeroshot(path, task, samples=samples, seed=seed)
+    ablated = zero_shot.zeroshot(path, task, samples=samples, seed=seed)
     rows.append(_row(f"gdp_zeroshot[{name}]",
                      *harness.judge(graph, ablated.placement, topology),
                      ablated.seconds, shot_evaluations))

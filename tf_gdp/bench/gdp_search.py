@@ -25,9 +25,10 @@ import numpy as np
 import tensorflow as tf
 
 from tf_gdp import errors
-from tf_gdp.rl import environment
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import train_config
 from tf_gdp.rl import workflows
+from tf_gdp.rl import zero_shot
 
 
 @dataclasses.dataclass
@@ -50,7 +51,7 @@ class GdpRun:
   placement: np.ndarray
   step_time_us: float
   chosen: str
-  shot: workflows.ZeroShotResult
+  shot: zero_shot.ZeroShotResult
   curve: list
   zeroshot_evaluations: int
   reference_evaluations: int = 0
@@ -98,7 +99,7 @@ def finetune_budget(config: train_config.TrainConfig, *,
   return train_config.Budget(seconds=float(seconds)) if seconds else None
 
 
-def shot_curve(shot: workflows.ZeroShotResult) -> list:
+def shot_curve(shot: zero_shot.ZeroShotResult) -> list:
   """Best-so-far points of the zero-shot evaluations, greedy first."""
   curve = []
   for count, value in enumerate(shot.valid_step_times_us, start=1):
@@ -107,18 +108,18 @@ def shot_curve(shot: workflows.ZeroShotResult) -> list:
   return curve
 
 
-def run(policy: str, task: environment.PlacementTask, *, samples: int,
+def run(policy: str, task: placement_task.PlacementTask, *, samples: int,
         seed: int, finetune_seconds: Optional[float] = None,
         finetune_evaluations: Optional[int] = None,
         reference_evaluations: int = 0,
-        shot: Optional[workflows.ZeroShotResult] = None,
+        shot: Optional[zero_shot.ZeroShotResult] = None,
         log: Callable[[str], None] = lambda line: None) -> GdpRun:
   """Zero-shot (or the given `shot`), then fine-tuning (module doc)."""
   config = train_settings(samples, seed)
   budget = finetune_budget(config, seconds=finetune_seconds,
                            evaluations=finetune_evaluations)
   if shot is None:
-    shot = workflows.zeroshot(policy, task, samples=samples, seed=seed)
+    shot = zero_shot.zeroshot(policy, task, samples=samples, seed=seed)
   curve = shot_curve(shot)
   if shot.evaluations > len(curve):  # the repair's simulations count too
     curve.append([shot.evaluations, curve[-1][1]])

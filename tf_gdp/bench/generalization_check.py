@@ -94,8 +94,8 @@ def check_graph(loaded, label: str, devices: str, *,
   `methods` are the one-shot baselines the ratios are to.
   """
   # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import environment
-  from tf_gdp.rl import workflows
+  from tf_gdp.rl import placement_task
+  from tf_gdp.rl import zero_shot
   # pylint: enable=g-import-not-at-top
   topology = topology_lib.get(devices)
   one_shot = harness.bench_graph(loaded, label, devices, methods, seed=seed,
@@ -113,11 +113,11 @@ def check_graph(loaded, label: str, devices: str, *,
     budget_check.log_row(log, label, local)
   target = local["step_time_us"] if local["valid"] else None
   local_reach = evaluations_to_reach(local["curve"], target)
-  task = environment.PlacementTask(loaded.graph, topology,
-                                   extracted=loaded.extracted, name=label)
+  task = placement_task.PlacementTask(loaded.graph, topology,
+                                      extracted=loaded.extracted, name=label)
   per_policy = {}
   for name, path in policies.items():
-    shot = workflows.zeroshot(path, task, samples=samples, seed=seed)
+    shot = zero_shot.zeroshot(path, task, samples=samples, seed=seed)
     def gdp(n, method, shot=shot, path=path, name=name):
       row = budget_check.gdp_row(
           loaded, task, shot, n, policy=path, samples=samples, seed=seed,
@@ -309,7 +309,7 @@ def run(sources, device_list: Sequence[str], names: Sequence[str], *,
 
   The control policies are saved in a temporary directory for the run.
   """
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
   started = time.time()
   results = []
   with tempfile.TemporaryDirectory() as directory:
@@ -322,8 +322,8 @@ def run(sources, device_list: Sequence[str], names: Sequence[str], *,
         if policies is None:
           policies = policy_controls.prepare(
               names, pretrained, directory, seed=seed,
-              task=environment.PlacementTask(loaded.graph,
-                                             topology_lib.get(devices)))
+              task=placement_task.PlacementTask(loaded.graph,
+                                                topology_lib.get(devices)))
         results.append(check_graph(
             loaded, source.label, devices, policies=policies, budget=budget,
             samples=samples, seed=seed, methods=methods, log=log))

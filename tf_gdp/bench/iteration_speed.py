@@ -30,6 +30,7 @@ from tf_gdp import graph_specs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import generators
 from tf_gdp.rl import environment
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import policy_io
 from tf_gdp.rl import train_config
 from tf_gdp.rl import trainer as trainer_lib
@@ -52,7 +53,7 @@ _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results here.")
 
 
 def time_topology(graph, devices: str) -> dict:
-  task = environment.PlacementTask(graph, topology_lib.get(devices))
+  task = placement_task.PlacementTask(graph, topology_lib.get(devices))
   env = environment.PlacementEnv([task])
   started = time.perf_counter()
   env.reference(0)

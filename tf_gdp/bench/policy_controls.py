@@ -27,8 +27,8 @@ import tensorflow as tf
 
 from tf_gdp import errors
 from tf_gdp.policy import features
-from tf_gdp.rl import environment
 from tf_gdp.rl import exploration
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import policy_io
 
 PRETRAINED = "pretrained"
@@ -49,7 +49,7 @@ def parse(values: Sequence[str]) -> List[str]:
 
 
 def prepare(names: Sequence[str], pretrained: str, directory: str, *,
-            seed: int, task: environment.PlacementTask) -> Dict[str, str]:
+            seed: int, task: placement_task.PlacementTask) -> Dict[str, str]:
   """name -> saved policy path; the controls are written under `directory`.
 
   `task` is any graph and topology: one forward pass on it creates the
@@ -73,7 +73,7 @@ def prepare(names: Sequence[str], pretrained: str, directory: str, *,
   return paths
 
 
-def _build(policy, task: environment.PlacementTask) -> None:
+def _build(policy, task: placement_task.PlacementTask) -> None:
   """Creates the policy's variables with one forward pass on `task`."""
   inputs = features.policy_inputs(task.graph, task.topology)
   exploration.policy_logits(policy, {

@@ -57,9 +57,8 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import environment  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import exploration  # pylint: disable=g-import-not-at-top
-  from tf_gdp.rl import ppo  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import train_config  # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import workflows  # pylint: disable=g-import-not-at-top
   if refloor_after is None:
@@ -71,12 +70,12 @@ def check_graph(name: str, cluster, topology, *, policy: str,
   for method in BASELINES:
     candidates[method] = baselines.run(method, graph, topology,
                                        seed=seed).placement
-  task = environment.PlacementTask(graph, topology, extracted=extracted,
-                                   name=name)
+  task = placement_task.PlacementTask(graph, topology, extracted=extracted,
+                                      name=name)
   config = train_config.TrainConfig(graphs_per_iteration=1,
                                     samples_per_graph=samples, seed=seed,
                                     refloor_after=refloor_after,
-                                    ppo=ppo.PpoConfig(
+                                    ppo=train_config.PpoConfig(
                                         entropy_regularization=entropy),
                                     log_every_seconds=30.0,
                                     checkpoint_every_seconds=1e9)

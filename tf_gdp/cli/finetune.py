@@ -25,10 +25,11 @@ from tf_gdp import graph_specs
 from tf_gdp.cli import graph_flags
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
-from tf_gdp.rl import environment
 from tf_gdp.rl import outputs
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import rewards
 from tf_gdp.rl import workflows
+from tf_gdp.rl import zero_shot
 
 _POLICY = flags.DEFINE_string(
     "policy", None, "A saved policy directory (`<pretrain root>/policy`) or a "
@@ -64,11 +65,11 @@ def main(argv):
     env_options = _TRAINING.env_options(_DEVICES.value)
   cli_lib.progress(f"loading {items[0].label} for {_DEVICES.value}")
   loaded = items[0].load(_DEVICES.value)
-  task = environment.PlacementTask(loaded.graph, topology,
-                                   extracted=loaded.extracted,
-                                   name=f"{items[0].label}@{_DEVICES.value}")
+  task = placement_task.PlacementTask(loaded.graph, topology,
+                                      extracted=loaded.extracted,
+                                      name=f"{items[0].label}@{_DEVICES.value}")
   if budget is None:
-    shot = workflows.zeroshot(_POLICY.value, task,
+    shot = zero_shot.zeroshot(_POLICY.value, task,
                               samples=_ZEROSHOT_SAMPLES.value,
                               seed=_SEED.value)
     print(f"zero-shot: {shot.step_time_us / 1e3:.3f} ms ({shot.chosen}, "

@@ -98,7 +98,8 @@ class SimulatorPlan:
   """Placement-independent structure of one graph, as flat numpy arrays.
 
   Built once per graph by `prepare`; holds no reference to the graph (it is
-  cached in a weak dictionary keyed by the graph).
+  cached in a weak dictionary keyed by the graph's `structure`, so a graph's
+  `with_costs` copies share it: nothing here depends on costs).
 
   Attributes:
     num_nodes, num_edges: sizes.
@@ -139,8 +140,8 @@ class SimulatorPlan:
   memory_bytes: np.ndarray
   is_fetch: np.ndarray
   group_first: np.ndarray
-  tables: "weakref.WeakKeyDictionary" = dataclasses.field(
-      default_factory=weakref.WeakKeyDictionary, repr=False)
+  # Device kind -> bool[n] ops that may run on it (shared by topologies).
+  kind_ok: dict = dataclasses.field(default_factory=dict, repr=False)
 
   @functools.cached_property
   def kernel_arrays(self) -> dict:
@@ -194,26 +195,27 @@ class DeviceTables:
     return bool(self.kind_ok.all()), bool(self.pin_ok.all())
 
 
-_PLANS = weakref.WeakKeyDictionary()
+_PLANS = weakref.WeakKeyDictionary()  # graph.structure -> SimulatorPlan
+_TABLES = weakref.WeakKeyDictionary()  # graph -> {topology: DeviceTables}
 
 
 def prepare(graph: op_graph.OpGraph) -> SimulatorPlan:
-  """The graph's `SimulatorPlan`, built on first use and cached per graph."""
-  plan = _PLANS.get(graph)
+  """The graph's `SimulatorPlan`, built on first use and cached per graph
+  structure (its `with_costs` copies share it)."""
+  plan = _PLANS.get(graph.structure)
   if plan is None:
     plan = _build_plan(graph)
-    _PLANS[graph] = plan
+    _PLANS[graph.structure] = plan
   return plan
 
 
 def device_tables(graph: op_graph.OpGraph,
                   topology: topology_lib.Topology) -> DeviceTables:
   """Per-op durations and constraint masks for graph x topology (cached)."""
-  plan = prepare(graph)
-  tables = plan.tables.get(topology)
+  of_graph = _TABLES.setdefault(graph, weakref.WeakKeyDictionary())
+  tables = of_graph.get(topology)
   if tables is None:
-    tables = _build_tables(graph, topology)
-    plan.tables[topology] = tables
+    tables = of_graph[topology] = _build_tables(graph, topology)
   return tables
 
 
@@ -279,11 +281,15 @@ def _build_tables(graph: op_graph.OpGraph,
   worst = np.max(np.stack(list(graph.costs.values())), axis=0)
   duration = np.empty((n, d), np.float64)
   kind_ok = np.empty((n, d), np.bool_)
+  of_kind = prepare(graph).kind_ok
   for j, device in enumerate(topology.devices):
     duration[:, j] = graph.costs.get(device.kind, worst) / device.speed
-    kind_ok[:, j] = [device.kind in graph.costs and
-                     (allowed is None or device.kind in allowed)
-                     for allowed in graph.device_kinds]
+    if device.kind not in of_kind:
+      of_kind[device.kind] = np.array([
+          device.kind in graph.costs and
+          (allowed is None or device.kind in allowed)
+          for allowed in graph.device_kinds], np.bool_)
+    kind_ok[:, j] = of_kind[device.kind]
   pin_ok = np.ones((n, d), np.bool_)
   specs = [device_names.parse_device(name) for name in topology.device_names]
   for pin in set(p for p in graph.pinned_devices if p is not None):

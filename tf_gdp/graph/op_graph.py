@@ -129,6 +129,12 @@ class OpGraph:
     return order
 
   @functools.cached_property
+  def structure(self) -> "Structure":
+    """What this graph shares with its `with_costs` copies: caches of what
+    does not depend on costs (the simulator's plan) are keyed on it."""
+    return Structure()
+
+  @functools.cached_property
   def group_ids(self) -> np.ndarray:
     """int32[num_nodes]: colocation group id, or the node's own singleton id.
 
@@ -149,7 +155,7 @@ class OpGraph:
     """A copy pricing the same ops with other costs (the same device kinds).
 
     Cheap: the structure is shared, not validated again, and its cached
-    topological order, node index and group ids carry over. Raises
+    topological order, node index, group ids and `structure` carry over. Raises
     GraphFormatError when the kinds differ or a column is malformed.
     """
     if set(costs) != set(self.costs):
@@ -164,7 +170,7 @@ class OpGraph:
             f"cost[{kind}] must have one entry per node")
     copy = dataclasses.replace(self, costs=columns,
                                metadata=dict(self.metadata))
-    for name in ("node_index", "topo_order", "group_ids"):
+    for name in ("node_index", "topo_order", "group_ids", "structure"):
       if name in self.__dict__:  # functools.cached_property's store
         copy.__dict__[name] = self.__dict__[name]
     return copy
@@ -215,10 +221,12 @@ class OpGraph:
     missing = [f for f in self.fetches if f not in self.node_index]
     if missing:
       raise errors.GraphFormatError(f"fetch {missing[0]!r} is not a node")
-    if _topological_order(n, self.edge_src, self.edge_dst) is None:
+    order = _topological_order(n, self.edge_src, self.edge_dst)
+    if order is None:
       raise errors.GraphFormatError(
           f"the edges contain a cycle (through {self._a_cycle_node()!r}); "
           "loop back-edges belong in back_edges")
+    self.__dict__["topo_order"] = order  # what `topo_order` would compute
 
   def _a_cycle_node(self) -> str:
     """Name of one node on a cycle, for the error message."""
@@ -227,6 +235,11 @@ class OpGraph:
                                indegree_out=indegree)
     del order
     return self.node_names[int(np.flatnonzero(indegree > 0)[0])]
+
+
+class Structure:
+  """A weakly referenceable token of one graph structure (`OpGraph.structure`)."""
+  __slots__ = ("__weakref__",)
 
 
 def _topological_order(n, src, dst, indegree_out=None) -> Optional[np.ndarray]:
@@ -238,18 +251,22 @@ def _topological_order(n, src, dst, indegree_out=None) -> Optional[np.ndarray]:
   indegree = (indegree_out if indegree_out is not None
               else np.bincount(dst, minlength=n).astype(np.int64))
   by_src = np.argsort(src, kind="stable")
-  targets = dst[by_src]
-  starts = np.searchsorted(src[by_src], np.arange(n + 1))
+  # Python lists: the loop visits every edge, and numpy scalars are slow.
+  targets = dst[by_src].tolist()
+  starts = np.searchsorted(src[by_src], np.arange(n + 1)).tolist()
+  remaining = indegree.tolist()
   order = []
-  heap = [int(i) for i in np.flatnonzero(indegree == 0)]
+  heap = np.flatnonzero(indegree == 0).tolist()
   heapq.heapify(heap)
   while heap:
     node = heapq.heappop(heap)
     order.append(node)
     for succ in targets[starts[node]:starts[node + 1]]:
-      indegree[succ] -= 1
-      if indegree[succ] == 0:
-        heapq.heappush(heap, int(succ))
+      remaining[succ] -= 1
+      if remaining[succ] == 0:
+        heapq.heappush(heap, succ)
+  if indegree_out is not None:
+    indegree_out[:] = remaining
   if len(order) != n:
     return None
   return np.asarray(order, np.int32)

@@ -22,6 +22,7 @@ model family: it is the names' own numbering, so a graph with meaningless
 names simply gets uninformative coordinates.
 """
 
+import functools
 import math
 import re
 import zlib
@@ -80,9 +81,39 @@ def stem_id(stem: str) -> int:
   return 1 + zlib.crc32(key.encode("utf-8")) % (SCOPE_VOCAB - 1)
 
 
-def _numbered_components(name: str):
-  """[(template key, stem, number)] of the first NUM_SLOTS numbered scopes."""
-  parts = _forward_scopes(name)
+def _numbered_components(names: Sequence[str]):
+  """The numbered components of the names' scopes, once per distinct scope.
+
+  Returns (per distinct scope: ((template key, stem, number), ...) of its
+  first NUM_SLOTS numbered components; int64[n] each op's scope in that
+  list; per distinct scope: how many ops it has). Graphs have many ops per
+  scope, so the callers work per scope and spread the result over its ops.
+  The last few name lists' answers are kept: the scope coordinates and
+  every stage rule of one graph read the same.
+  """
+  return _components_of_names(tuple(names))
+
+
+@functools.lru_cache(maxsize=4)
+def _components_of_names(names: tuple):
+  of_scope, found, scope_of = {}, [], []
+  for name in names:
+    forward = forward_name(name)
+    path = name if forward is None else forward
+    scope = path[:path.rfind("/") + 1]  # "" for a name without scopes
+    index = of_scope.get(scope)
+    if index is None:
+      index = of_scope[scope] = len(found)
+      found.append(_scope_components(scope.split("/")[:-1]))
+    scope_of.append(index)
+  scope_of = np.asarray(scope_of, np.int64)
+  scope_of.flags.writeable = False
+  return (tuple(found), scope_of,
+          tuple(np.bincount(scope_of, minlength=len(found)).tolist()))
+
+
+def _scope_components(parts: list) -> tuple:
+  """The first NUM_SLOTS numbered components of one op's scope `parts`."""
   found = []
   template = []
   for part in parts:
@@ -95,7 +126,7 @@ def _numbered_components(name: str):
     found.append(("/".join(template), stem, int(match.group(2))))
     if len(found) == NUM_SLOTS:
       break
-  return found
+  return tuple(found)
 
 
 def scope_coordinates(names: Sequence[str]):
@@ -106,13 +137,12 @@ def scope_coordinates(names: Sequence[str]):
      float64[n, NUM_SLOTS] rank of the number in [0, 1];
      float64[n, NUM_SLOTS] log1p(distinct numbers - 1) / 5).
   """
-  n = len(names)
-  ids = np.zeros((n, NUM_SLOTS), np.int32)
-  ranks = np.zeros((n, NUM_SLOTS))
-  counts = np.zeros((n, NUM_SLOTS))
-  per_op = [_numbered_components(name) for name in names]
+  per_scope, scope_of, _ = _numbered_components(names)
+  ids = np.zeros((len(per_scope), NUM_SLOTS), np.int32)
+  ranks = np.zeros((len(per_scope), NUM_SLOTS))
+  counts = np.zeros((len(per_scope), NUM_SLOTS))
   numbers_of = {}
-  for found in per_op:
+  for found in per_scope:
     for key, _, number in found:
       numbers_of.setdefault(key, set()).add(number)
   scale = {}
@@ -122,7 +152,7 @@ def scope_coordinates(names: Sequence[str]):
     scale[key] = ({v: i / span for i, v in enumerate(ordered)},
                   math.log1p(len(ordered) - 1) / _COUNT_SCALE)
   stem_ids = {}
-  for i, found in enumerate(per_op):
+  for i, found in enumerate(per_scope):
     for slot, (key, stem, number) in enumerate(found):
       if stem not in stem_ids:
         stem_ids[stem] = stem_id(stem)
@@ -130,7 +160,7 @@ def scope_coordinates(names: Sequence[str]):
       ids[i, slot] = stem_ids[stem]
       ranks[i, slot] = rank_of[number]
       counts[i, slot] = log_count
-  return ids, ranks, counts
+  return ids[scope_of], ranks[scope_of], counts[scope_of]
 
 
 # How `stage_coordinates` numbers the blocks and how other ops inherit.
@@ -184,21 +214,51 @@ def stage_coordinates(names: Sequence[str], edge_src, edge_dst, order,
   Returns:
     (float64[n] stage in [0, 1], 0 where none; bool[n] has a stage).
   """
-  if rule not in STAGE_RULES:
-    raise ValueError(f"unknown stage rule {rule!r}; one of {STAGE_RULES}")
-  n = len(names)
-  if rule == "inner_major":
-    stage, known = _inner_major_stages(names)
-  else:
-    stage, known = _main_stem_stages(names)
-  if not known.any():
-    return stage, known
-  named = known.copy()
-  edge_src = np.asarray(edge_src, np.int64)
-  edge_dst = np.asarray(edge_dst, np.int64)
-  inputs = _adjacency(edge_dst, edge_src, n)
-  consumers = _adjacency(edge_src, edge_dst, n)
-  order = np.asarray(order, np.int64)
+  return stage_coordinates_of_rules(names, edge_src, edge_dst, order,
+                                    refine_rounds, rules=(rule,))[0]
+
+
+def stage_coordinates_of_rules(names: Sequence[str], edge_src, edge_dst,
+                               order, refine_rounds: int = 2,
+                               rules: Sequence[str] = STAGE_RULES) -> list:
+  """[(stage, known) of `stage_coordinates` for each of `rules`].
+
+  One pass for several rules: they share the names' numbered components,
+  the adjacency and (the one-level rules) the main stem's stages.
+  """
+  for rule in rules:
+    if rule not in STAGE_RULES:
+      raise ValueError(f"unknown stage rule {rule!r}; one of {STAGE_RULES}")
+  components = _numbered_components(names)
+  named, graph, results = {}, None, []
+  for rule in rules:
+    levels = 2 if rule == "inner_major" else 1
+    if levels not in named:
+      named[levels] = (_inner_major_stages(*components) if levels == 2
+                       else _main_stem_stages(*components))
+    stage, known = (array.copy() for array in named[levels])
+    if not known.any():
+      results.append((stage, known))
+      continue
+    if graph is None:
+      n = len(names)
+      edge_src = np.asarray(edge_src, np.int64)
+      edge_dst = np.asarray(edge_dst, np.int64)
+      graph = (_adjacency(edge_dst, edge_src, n),
+               _adjacency(edge_src, edge_dst, n),
+               np.asarray(order, np.int64).tolist())
+    results.append(_inherited(stage, known, *graph, refine_rounds, rule))
+  return results
+
+
+def _inherited(stage, known, inputs, consumers, order, refine_rounds, rule):
+  """(stage, known) once the unnumbered ops inherit (`stage_coordinates`).
+
+  Runs over Python lists: every pass visits every edge.
+  """
+  named = known.tolist()
+  known = list(named)
+  stage = stage.tolist()
   for v in order:
     if named[v]:
       continue
@@ -224,9 +284,10 @@ def stage_coordinates(names: Sequence[str], edge_src, edge_dst, order,
         around = sorted(stage[u] for u in inputs[v] + consumers[v]
                         if known[u])
         stage[v] = around[(len(around) - 1) // 2]
-  return stage, known
+  return np.asarray(stage, np.float64), np.asarray(known, bool)
 
 
+@functools.lru_cache(maxsize=4096)
 def _normal_stem(stem: str) -> str:
   return stem.lower().rstrip("_-.")
 
@@ -242,31 +303,34 @@ def _counted(found):
   return numbers_of, index_of
 
 
-def _most_common_stem(items, numbers_of):
-  """The normalized stem most items carry, among templates with 2+ numbers."""
+def _most_common_stem(items, weights, numbers_of):
+  """The normalized stem most ops carry, among templates with 2+ numbers
+  (`weights`: how many ops carry each item)."""
   ops_of_stem = {}
-  for key, stem, _ in items:
+  for (key, stem, _), weight in zip(items, weights):
     if len(numbers_of[key]) > 1:
       stem = _normal_stem(stem)
-      ops_of_stem[stem] = ops_of_stem.get(stem, 0) + 1
+      ops_of_stem[stem] = ops_of_stem.get(stem, 0) + weight
   if not ops_of_stem:
     return None
   return max(sorted(ops_of_stem), key=ops_of_stem.get)
 
 
-def _numbered_levels(names, levels: int):
-  """Each op's first `levels` numbered components, their templates' numbers
-  and indices, and the main (outermost, most common) stem."""
-  found = [_numbered_components(name)[:levels] for name in names]
+def _numbered_levels(per_scope, weights, levels: int):
+  """Each scope's first `levels` numbered components (of
+  `_numbered_components`), their templates' numbers and indices, and the
+  main (outermost, most common) stem."""
+  found = [c[:levels] for c in per_scope]
   numbers_of, index_of = _counted(found)
-  main = _most_common_stem([f[0] for f in found if f], numbers_of)
+  main = _most_common_stem([f[0] for f in found if f],
+                           [w for f, w in zip(found, weights) if f], numbers_of)
   return found, numbers_of, index_of, main
 
 
-def _main_stem_stages(names):
+def _main_stem_stages(per_scope, scope_of, weights):
   """(stage, known) of the ops whose outermost numbered stem is the main one."""
-  stage, known = np.zeros(len(names)), np.zeros(len(names), bool)
-  found, numbers_of, index_of, main = _numbered_levels(names, 1)
+  stage, known = np.zeros(len(per_scope)), np.zeros(len(per_scope), bool)
+  found, numbers_of, index_of, main = _numbered_levels(per_scope, weights, 1)
   for i, components in enumerate(found):
     if not components:
       continue
@@ -274,16 +338,18 @@ def _main_stem_stages(names):
     if len(numbers_of[key]) > 1 and _normal_stem(stem) == main:
       stage[i] = index_of[key][number] / (len(numbers_of[key]) - 1)
       known[i] = True
-  return stage, known
+  return stage[scope_of], known[scope_of]
 
 
-def _inner_major_stages(names):
+def _inner_major_stages(per_scope, scope_of, weights):
   """(stage, known) of ops numbered on the main stem and the stem inside it."""
-  stage, known = np.zeros(len(names)), np.zeros(len(names), bool)
-  found, numbers_of, index_of, main = _numbered_levels(names, 2)
-  nested = [f for f in found if len(f) == 2 and len(numbers_of[f[0][0]]) > 1
+  stage, known = np.zeros(len(per_scope)), np.zeros(len(per_scope), bool)
+  found, numbers_of, index_of, main = _numbered_levels(per_scope, weights, 2)
+  nested = [(f, w) for f, w in zip(found, weights)
+            if len(f) == 2 and len(numbers_of[f[0][0]]) > 1
             and _normal_stem(f[0][1]) == main]
-  inner = _most_common_stem([f[1] for f in nested], numbers_of)
+  inner = _most_common_stem([f[1] for f, _ in nested],
+                            [w for _, w in nested], numbers_of)
   for i, components in enumerate(found):
     if len(components) < 2:
       continue
@@ -296,7 +362,7 @@ def _inner_major_stages(names):
               index_of[outer_key][outer])
       stage[i] = flat / (outer_count * inner_count - 1)
       known[i] = True
-  return stage, known
+  return stage[scope_of], known[scope_of]
 
 
 def _adjacency(keys, values, n):

@@ -205,30 +205,27 @@ def device_columns(graph, topology, tables) -> dict:
 def longest_path_lengths(n: int, src: np.ndarray, dst: np.ndarray):
   """int64[n]: edges on the longest path from any source along src -> dst.
 
-  Level-synchronous Kahn's algorithm: each wave is vectorized, so the cost is
-  O(edges) numpy work plus a small constant per level (a 60k-op GNMT graph
-  has a few thousand levels).
+  Kahn's algorithm over Python lists (a 60k-op GNMT graph has thousands of
+  levels, too many for one numpy wave per level): an op's length is final
+  when its last input is done. Ops on or behind a cycle get 0.
   """
   src = np.asarray(src, np.int64)
   dst = np.asarray(dst, np.int64)
-  indegree = np.bincount(dst, minlength=n).astype(np.int64)
+  indegree = np.bincount(dst, minlength=n).tolist()
   by_src = np.argsort(src, kind="stable")
-  targets = dst[by_src]
-  ptr = np.searchsorted(src[by_src], np.arange(n + 1))
-  length = np.zeros(n, np.int64)
-  frontier = np.flatnonzero(indegree == 0)
-  level = 0
-  while frontier.size:
-    length[frontier] = level
-    starts, ends = ptr[frontier], ptr[frontier + 1]
-    counts = ends - starts
-    total = int(counts.sum())
-    if not total:
-      break
-    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    succ = targets[offsets + np.arange(total)]
-    unique, hits = np.unique(succ, return_counts=True)
-    indegree[unique] -= hits
-    frontier = unique[indegree[unique] == 0]
-    level += 1
-  return length
+  targets = dst[by_src].tolist()
+  ptr = np.searchsorted(src[by_src], np.arange(n + 1)).tolist()
+  length = [0] * n
+  done = [False] * n
+  ready = [v for v in range(n) if not indegree[v]]
+  while ready:
+    v = ready.pop()
+    done[v] = True
+    after = length[v] + 1
+    for w in targets[ptr[v]:ptr[v + 1]]:
+      if length[w] < after:
+        length[w] = after
+      indegree[w] -= 1
+      if not indegree[w]:
+        ready.append(w)
+  return np.where(done, np.asarray(length, np.int64), 0)

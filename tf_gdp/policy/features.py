@@ -275,9 +275,8 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   padded_scope_ids = np.zeros((big_n, scopes.NUM_SLOTS), np.int32)
   padded_scope_ids[:n] = scope_ids[order]
   stage_features = np.zeros((big_n, 2 * NUM_STAGE_RULES), np.float32)
-  for r, rule in enumerate(scopes.STAGE_RULES):
-    stage, staged = scopes.stage_coordinates(
-        graph.node_names, graph.edge_src, graph.edge_dst, order, rule=rule)
+  for r, (stage, staged) in enumerate(scopes.stage_coordinates_of_rules(
+      graph.node_names, graph.edge_src, graph.edge_dst, order)):
     stage_features[:n, 2 * r] = stage[order]
     stage_features[:n, 2 * r + 1] = staged[order]
   op_ids = np.zeros(big_n, np.int32)

@@ -29,6 +29,9 @@ critic is there for tf-agents' value loss and as a diagnostic.
 
 import tensorflow as tf
 import tensorflow_probability as tfp
+# pylint: disable=g-bad-import-order,unused-import
+from tf_gdp.rl import tf_agents_import  # before any tf_agents module
+# pylint: enable=g-bad-import-order,unused-import
 from tf_agents.distributions import utils as distribution_utils
 from tf_agents.networks import network
 from tf_agents.networks import utils as network_utils

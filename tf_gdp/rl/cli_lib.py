@@ -16,7 +16,6 @@ from tf_gdp import errors
 from tf_gdp.cost import ensemble
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import exploration
-from tf_gdp.rl import ppo
 from tf_gdp.rl import train_config as train_config_lib
 from tf_gdp.rl import train_result
 
@@ -47,8 +46,9 @@ def train_config(*, samples: int, graphs_per_iteration: int,
       checkpoint_every_seconds=checkpoint_every_seconds,
       pipeline_exploration=pipeline_exploration, refloor_after=refloor_after,
       robust_objective=robust_objective, robust_members=robust_members,
-      ppo=ppo.PpoConfig(learning_rate=learning_rate, num_epochs=epochs,
-                        entropy_regularization=entropy, ratio=ratio))
+      ppo=train_config_lib.PpoConfig(
+          learning_rate=learning_rate, num_epochs=epochs,
+          entropy_regularization=entropy, ratio=ratio))
 
 
 def env_options(*, backend: str, measure: Optional[str],
@@ -156,7 +156,7 @@ def define_training_flags(module_name: str) -> TrainingFlags:
           "the policy explore again (one graph only; 0: never).",
           lower_bound=0, **own),
       ratio=flags.DEFINE_enum(
-          "ratio", "per_group", list(ppo.RATIOS),
+          "ratio", "per_group", list(train_config_lib.RATIOS),
           "PPO importance ratios per group or joint.", **own),
       backend=flags.DEFINE_enum(
           "backend", "simulate", ["simulate", "measure", "mix"],

@@ -28,7 +28,6 @@ forward pass); `step` is the same with B = 1. The environment keeps the best
 valid placement seen per task (`best`).
 """
 
-import dataclasses
 import math
 from typing import Any, Optional, Sequence
 
@@ -44,42 +43,20 @@ from tf_agents.trajectories import time_step as ts
 from tf_gdp import errors
 from tf_gdp.baselines import repair
 from tf_gdp.cost import simulator
-from tf_gdp.cost import topology as topology_lib
-from tf_gdp.graph import op_graph
 from tf_gdp.policy import features
 from tf_gdp.rl import measured_runs
 from tf_gdp.rl import observations
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import rewards
 from tf_gdp.rl import robust_objective
 
 BACKENDS = ("simulate", "measure", "mix")
 
 
-@dataclasses.dataclass
-class PlacementTask:
-  """One thing to place: an op graph on a topology.
-
-  Attributes:
-    graph: the op graph.
-    topology: the devices.
-    extracted: the graph's `ExtractedGraph` (needed by the measure backends).
-    name: label for logs, summaries and output files (default
-      "<graph>@<topology>").
-  """
-  graph: op_graph.OpGraph
-  topology: topology_lib.Topology
-  extracted: Optional[Any] = None
-  name: Optional[str] = None
-
-  def __post_init__(self):
-    if not self.name:
-      self.name = f"{self.graph.name}@{self.topology.name}"
-
-
 class PlacementEnv(py_environment.PyEnvironment):
   """One-step placement bandit over a set of tasks (see the module doc)."""
 
-  def __init__(self, tasks: Sequence[PlacementTask], *,
+  def __init__(self, tasks: Sequence[placement_task.PlacementTask], *,
                backend: str = "simulate",
                measure_target: Optional[Any] = None,
                measure_repeats: int = 3,

@@ -9,6 +9,9 @@ far as one more row (self-imitation).
 
 import numpy as np
 import tensorflow as tf
+# pylint: disable=g-bad-import-order,unused-import
+from tf_gdp.rl import tf_agents_import  # before any tf_agents module
+# pylint: enable=g-bad-import-order,unused-import
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
@@ -45,7 +48,8 @@ def sample(actor_net, value_net, observations, seed, num_samples: int,
     distribution, _ = actor_net(both, training=False)
     count = tf.shape(noise)[0]
     logits, base = distribution.logits[:count], distribution.logits[count:]
-    sampled = stateless_categorical_sample(logits, sample_seed)  # [T*K, G]
+    # [T*K, G]
+    sampled = exploration.stateless_categorical_sample(logits, sample_seed)
     graphs = tf.shape(observations["node_mask"])[0]
     actions = tf.transpose(tf.reshape(
         sampled, [graphs, num_samples, -1]), [1, 0, 2])
@@ -132,13 +136,6 @@ def experience(stacked, tasks, logits, actions, values, returns, advantages,
       next_step_type=tf.constant(ones * int(ts.StepType.LAST)),
       reward=flat(returns),
       discount=tf.zeros((batch, 1), tf.float32))
-
-
-def stateless_categorical_sample(logits: tf.Tensor, seed) -> tf.Tensor:
-  """One int32 draw per row of logits [..., D] (stateless, `seed` int32[2])."""
-  flat = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
-  draws = tf.random.stateless_categorical(flat, 1, seed=seed, dtype=tf.int32)
-  return tf.reshape(draws, tf.shape(logits)[:-1])
 
 
 def tfp_categorical_entropy(logits: tf.Tensor) -> tf.Tensor:

@@ -10,6 +10,9 @@ Two mechanisms keep a policy's samples from repeating one placement:
   too certain on a graph has its logits scaled down until it explores again;
   fine-tuning and zero-shot sampling start there, and single-graph training
   re-floors after `REFLOOR_AFTER` iterations of one sampled placement.
+
+Samples are drawn statelessly (`stateless_categorical_sample`): one seed,
+one set of placements.
 """
 
 import math
@@ -155,3 +158,10 @@ def apply_entropy_floor(policy, observation: dict, floor: float,
 def policy_logits(policy, observation) -> tf.Tensor:
   """[G, D] logits of one observation."""
   return policy(observation, training=False)[0]
+
+
+def stateless_categorical_sample(logits: tf.Tensor, seed) -> tf.Tensor:
+  """One int32 draw per row of logits [..., D] (stateless, `seed` int32[2])."""
+  flat = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
+  draws = tf.random.stateless_categorical(flat, 1, seed=seed, dtype=tf.int32)
+  return tf.reshape(draws, tf.shape(logits)[:-1])

@@ -24,7 +24,7 @@ Per epoch the statistics give the mean loss and the accuracy (the fraction
 of groups whose most likely device is the target's) seen while training;
 at the end, one more pass gives the final loss and accuracy and the greedy
 placement of every task, repaired to fit memory as zero-shot placements are
-(`workflows.zeroshot`), and its step time over the target's.
+(`zero_shot.zeroshot`), and its step time over the target's.
 
 `pretrain_phase` is the phase inside `workflows.pretrain`: targets cached
 under `<root_dir>/targets/`, the statistics written to

@@ -8,6 +8,9 @@ so that their observations batch together under one spec.
 from typing import Any, Sequence
 
 import numpy as np
+# pylint: disable=g-bad-import-order,unused-import
+from tf_gdp.rl import tf_agents_import  # before any tf_agents module
+# pylint: enable=g-bad-import-order,unused-import
 from tf_agents.specs import array_spec
 
 from tf_gdp.graph import scopes

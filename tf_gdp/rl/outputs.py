@@ -24,11 +24,11 @@ import numpy as np
 from tf_gdp import errors
 from tf_gdp import placement_file
 from tf_gdp.graph import identity
-from tf_gdp.rl import environment
+from tf_gdp.rl import placement_task
 from tf_gdp.rl import rewards
 
 
-def placement_document(task: environment.PlacementTask,
+def placement_document(task: placement_task.PlacementTask,
                        best: rewards.Best,
                        reference: Optional[rewards.Reference] = None,
                        method: str = "gdp",
@@ -54,7 +54,7 @@ def placement_document(task: environment.PlacementTask,
       fields=fields)
 
 
-def write_placement(path: str, task: environment.PlacementTask,
+def write_placement(path: str, task: placement_task.PlacementTask,
                     best: rewards.Best,
                     reference: Optional[rewards.Reference] = None,
                     method: str = "gdp",
@@ -66,7 +66,7 @@ def write_placement(path: str, task: environment.PlacementTask,
       reference_measured_us=reference_measured_us))
 
 
-def read_best(path: str, task: environment.PlacementTask,
+def read_best(path: str, task: placement_task.PlacementTask,
               inputs) -> Optional[rewards.Best]:
   """The Best a placement file holds for `task`, or None if it is not one."""
   if not os.path.isfile(path):

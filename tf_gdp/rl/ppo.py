@@ -31,47 +31,16 @@ What differs from tf-agents' defaults, and why:
   backward pass is what dominates start-up (seconds per copy).
 """
 
-import dataclasses
-
 import tensorflow as tf
 import tensorflow_probability as tfp
+# pylint: disable=g-bad-import-order,unused-import
+from tf_gdp.rl import tf_agents_import  # before any tf_agents module
+# pylint: enable=g-bad-import-order,unused-import
 from tf_agents.agents.ppo import ppo_clip_agent
 from tf_agents.trajectories import time_step as ts
 
-from tf_gdp import errors
 from tf_gdp.rl import actor_network
-
-RATIOS = ("per_group", "joint")
-
-
-@dataclasses.dataclass
-class PpoConfig:
-  """PPO hyper-parameters.
-
-  Attributes:
-    learning_rate: Adam step size.
-    num_epochs: passes over each iteration's batch (`agent.train` calls).
-    importance_ratio_clipping: PPO's epsilon.
-    ratio: "per_group" or "joint" importance ratios (module doc).
-    entropy_regularization: weight of the per-group mean entropy bonus.
-    value_pred_loss_coef: weight of the critic's loss.
-    gradient_clipping: global-norm clip of the gradients (0 = off).
-  """
-  learning_rate: float = 1e-3
-  num_epochs: int = 4
-  importance_ratio_clipping: float = 0.2
-  ratio: str = "per_group"
-  entropy_regularization: float = 0.01
-  value_pred_loss_coef: float = 0.5
-  gradient_clipping: float = 1.0
-
-  def __post_init__(self):
-    if self.ratio not in RATIOS:
-      raise errors.InputError(
-          f"ratio must be one of {', '.join(RATIOS)}, got {self.ratio!r}")
-    if self.learning_rate <= 0 or self.num_epochs < 1:
-      raise errors.InputError("learning_rate must be > 0 and num_epochs >= 1")
-
+from tf_gdp.rl import train_config
 
 class PlacementPPOAgent(ppo_clip_agent.PPOClipAgent):
   """PPOClipAgent with per-group ratios and entropy (see the module doc)."""
@@ -134,7 +103,7 @@ class PlacementPPOAgent(ppo_clip_agent.PPOClipAgent):
 def create_agent(observation_spec, action_spec,
                  actor_net: actor_network.PlacementActorNetwork,
                  value_net: actor_network.PlacementValueNetwork,
-                 config: PpoConfig,
+                 config: train_config.PpoConfig,
                  optimizer=None,
                  train_step_counter=None) -> PlacementPPOAgent:
   """A PPO agent over the placement networks (see the module doc)."""

@@ -42,7 +42,7 @@ from tf_gdp.baselines import best_of
 from tf_gdp.cost import simulator
 from tf_gdp.graph import identity
 from tf_gdp.policy import features
-from tf_gdp.rl import environment
+from tf_gdp.rl import placement_task
 
 BASELINES = ("single_device", "human_expert", "m_etf", "m_sct", "heft",
              "metis", "stage_pipeline", "contiguous_dp")
@@ -87,7 +87,7 @@ class Target:
   fastest_us: float = math.nan
 
 
-def search_target(task: environment.PlacementTask, *,
+def search_target(task: placement_task.PlacementTask, *,
                   evaluations: int = DEFAULT_EVALUATIONS,
                   seed: int = 0, tolerance: float = 0.0) -> Target:
   """The best valid placement of `BASELINES` and `local_search`, or the
@@ -128,7 +128,7 @@ def simplest(graph, found: best_of.BestOf, tolerance: float) -> str:
   return min(near)[-1]
 
 
-def cache_path(cache_dir: str, task: environment.PlacementTask,
+def cache_path(cache_dir: str, task: placement_task.PlacementTask,
                evaluations: int, tolerance: float = 0.0) -> str:
   """`<cache_dir>/<task>@<topology>-<fingerprint>-<evaluations>.json`.
 
@@ -146,7 +146,7 @@ def cache_path(cache_dir: str, task: environment.PlacementTask,
                       f"{name}-{fingerprint}-{int(evaluations)}{suffix}.json")
 
 
-def targets(tasks: Sequence[environment.PlacementTask],
+def targets(tasks: Sequence[placement_task.PlacementTask],
             cache_dir: Optional[str] = None, *,
             evaluations: int = DEFAULT_EVALUATIONS, seed: int = 0,
             tolerance: float = 0.0,

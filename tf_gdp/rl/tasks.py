@@ -9,12 +9,12 @@ from typing import Callable, List
 
 from tf_gdp import graph_specs
 from tf_gdp.cost import topology as topology_lib
-from tf_gdp.rl import environment
+from tf_gdp.rl import placement_task
 
 
 def placement_tasks(items: List[graph_specs.GraphSpec], devices: List[str],
                     *, log: Callable[[str], None] = lambda line: None
-                    ) -> List[environment.PlacementTask]:
+                    ) -> List[placement_task.PlacementTask]:
   """PlacementTasks of `items`: each on every one of `devices`, or on its own.
 
   Task names are `<label>@<devices>`; an item with its own topology
@@ -31,7 +31,7 @@ def placement_tasks(items: List[graph_specs.GraphSpec], devices: List[str],
       topologies[name] = topology_lib.get(name)
     log(f"loading {item.label} for {name}")
     loaded = item.load(name)
-    tasks.append(environment.PlacementTask(
+    tasks.append(placement_task.PlacementTask(
         loaded.graph, topologies[name], extracted=loaded.extracted,
         name=item.label if item.devices else f"{item.label}@{name}"))
   return tasks

@@ -1,7 +1,7 @@
 """tf-agents, imported without its noise and without rebinding `tf.keras`.
 
-Import this module before any `tf_agents` module: `environment` imports it
-first, and `tf_gdp.rl` imports `environment` first.
+Import this module before any `tf_agents` module: every module of `tf_gdp.rl`
+that imports tf-agents imports it first.
 """
 
 import contextlib

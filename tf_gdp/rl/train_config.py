@@ -1,5 +1,8 @@
 """Settings of a training run: what to train with, and when to stop.
 
+PPO's hyper-parameters (`PpoConfig`) are here too, apart from the agent
+(`ppo`), so that reading settings does not import tf-agents.
+
 Budgets count simulator (or measurement) evaluations, wall-clock seconds and
 iterations; training stops at the first one reached. They are totals over
 the run: a resumed run continues until the same totals.
@@ -11,11 +14,41 @@ from typing import Optional
 from tf_gdp import errors
 from tf_gdp.cost import ensemble
 from tf_gdp.rl import exploration
-from tf_gdp.rl import ppo as ppo_lib
 
 # Weight of the self-imitation row's advantage in single-graph runs
 # (`TrainConfig.self_imitation`); 0: off.
 SELF_IMITATION = 1.0
+# How PPO's importance ratios are taken (`PpoConfig.ratio`, `ppo` module doc).
+RATIOS = ("per_group", "joint")
+
+
+@dataclasses.dataclass
+class PpoConfig:
+  """PPO hyper-parameters.
+
+  Attributes:
+    learning_rate: Adam step size.
+    num_epochs: passes over each iteration's batch (`agent.train` calls).
+    importance_ratio_clipping: PPO's epsilon.
+    ratio: "per_group" or "joint" importance ratios (`ppo` module doc).
+    entropy_regularization: weight of the per-group mean entropy bonus.
+    value_pred_loss_coef: weight of the critic's loss.
+    gradient_clipping: global-norm clip of the gradients (0 = off).
+  """
+  learning_rate: float = 1e-3
+  num_epochs: int = 4
+  importance_ratio_clipping: float = 0.2
+  ratio: str = "per_group"
+  entropy_regularization: float = 0.01
+  value_pred_loss_coef: float = 0.5
+  gradient_clipping: float = 1.0
+
+  def __post_init__(self):
+    if self.ratio not in RATIOS:
+      raise errors.InputError(
+          f"ratio must be one of {', '.join(RATIOS)}, got {self.ratio!r}")
+    if self.learning_rate <= 0 or self.num_epochs < 1:
+      raise errors.InputError("learning_rate must be > 0 and num_epochs >= 1")
 
 
 @dataclasses.dataclass
@@ -56,7 +89,7 @@ class Budget:
 
 @dataclasses.dataclass
 class TrainConfig:
-  """Training loop settings (PPO's own in `ppo`).
+  """Training loop settings (PPO's own in `PpoConfig`).
 
   Attributes:
     samples_per_graph: placements sampled per graph per iteration (B).
@@ -107,7 +140,7 @@ class TrainConfig:
   evaluate_greedy: bool = True
   baseline: str = "sample_mean"
   advantage_scale_floor: float = 0.01
-  ppo: ppo_lib.PpoConfig = dataclasses.field(default_factory=ppo_lib.PpoConfig)
+  ppo: PpoConfig = dataclasses.field(default_factory=PpoConfig)
   checkpoint_every_seconds: float = 60.0
   checkpoint_every_iterations: int = 0
   max_checkpoints: int = 3

@@ -48,6 +48,9 @@ from typing import Callable, List, Optional
 
 import numpy as np
 import tensorflow as tf
+# pylint: disable=g-bad-import-order,unused-import
+from tf_gdp.rl import tf_agents_import  # before any tf_agents module
+# pylint: enable=g-bad-import-order,unused-import
 from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
