@@ -25,6 +25,7 @@ from absl import flags
 import tf_gdp  # pylint: disable=unused-import
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp import graph_specs
 from tf_gdp.cost import topology as topology_lib
@@ -95,8 +96,11 @@ def time_topology(graph, devices: str) -> dict:
 def main(argv):
   del argv
   if _GRAPH.value:
-    graph = graph_specs.load_graph(_GRAPH.value,
-                                   devices=_TOPOLOGIES.value[0]).graph
+    try:
+      graph = graph_specs.load_graph(_GRAPH.value,
+                                     devices=_TOPOLOGIES.value[0]).graph
+    except errors.InputError as e:
+      raise app.UsageError(str(e)) from e
   else:
     graph = generators.random_layered_graph(_NUM_NODES.value,
                                             width=_WIDTH.value)
