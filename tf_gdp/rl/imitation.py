@@ -263,9 +263,17 @@ def _symmetries(env, matched: bool) -> np.ndarray:
   tasks with fewer symmetries repeat the identity.
   """
   width = env.padding["max_devices"]
-  found = [device_symmetries.symmetries(task.topology) if matched else
-           np.arange(task.topology.num_devices, dtype=np.int32)[None]
-           for task in env.tasks]
+  by_topology = {}  # tasks share topologies; 8 devices take ~1 s each
+  found = []
+  for task in env.tasks:
+    topology = task.topology
+    key = (topology.name, topology.devices, topology.bandwidth_gbps.tobytes(),
+           topology.latency_us.tobytes(), topology.routes)
+    if key not in by_topology:
+      by_topology[key] = (
+          device_symmetries.symmetries(topology) if matched else
+          np.arange(topology.num_devices, dtype=np.int32)[None])
+    found.append(by_topology[key])
   count = max(len(s) for s in found)
   table = np.tile(np.arange(width, dtype=np.int32), (len(found), count, 1))
   for i, symmetry in enumerate(found):
