@@ -30,6 +30,10 @@ Run as a program, this module is one worker:
 import atexit
 import contextlib
 import ctypes
+# socket.getaddrinfo imports this codec on first use; imported here, the
+# start-up wait loop imports nothing, and a Ctrl-C cannot land inside an
+# import's lock cleanup, where CPython drops the KeyboardInterrupt.
+import encodings.idna  # pylint: disable=unused-import
 import json
 import os
 import shutil
