@@ -284,6 +284,7 @@ def test_pretrain_command_imitation_flags(tmp_path):
           f"--devices={DEVICES}", f"--root_dir={root}",
           "--budget_iterations=1", "--samples=4", "--placer=feedforward",
           "--imitation_epochs=2", f"--imitation_evaluations={EVALUATIONS}",
+          "--imitation_learning_rate=0.003", "--learning_rate=0.0001",
           "--policy_config=" + json.dumps(TINY_POLICY)]
   done = subprocess.run(args, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
                         text=True, capture_output=True, timeout=300,
@@ -293,4 +294,5 @@ def test_pretrain_command_imitation_flags(tmp_path):
   assert done.stdout.startswith("imitation: 2 epochs over 1 tasks, loss ")
   (target,) = os.listdir(run_dir.targets_dir(root))
   assert target.endswith(f"-{EVALUATIONS}.json")
-  assert os.path.isfile(run_dir.imitation_path(root))
+  with open(run_dir.imitation_path(root), encoding="utf-8") as f:
+    assert json.load(f)["learning_rate"] == 0.003

@@ -63,9 +63,12 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seeds the policy and sampling.")
 _IMITATION_EPOCHS = flags.DEFINE_integer(
     "imitation_epochs", 0, "Before PPO, epochs of supervised imitation of "
     "each task's search target (the best valid placement of the one-shot "
-    "baselines and a local search); 0: none. Adam at --learning_rate, "
-    "--graphs_per_iteration tasks per step. Skipped on a resumed run.",
-    lower_bound=0)
+    "baselines and a local search); 0: none. Adam at "
+    "--imitation_learning_rate, --graphs_per_iteration tasks per step. "
+    "Skipped on a resumed run.", lower_bound=0)
+_IMITATION_LEARNING_RATE = flags.DEFINE_float(
+    "imitation_learning_rate", None, "Adam step size of the imitation "
+    "phase (default: --learning_rate, which PPO uses).", lower_bound=0.0)
 _IMITATION_EVALUATIONS = flags.DEFINE_integer(
     "imitation_evaluations", search_targets.DEFAULT_EVALUATIONS,
     "Simulator evaluations of each imitation target's local search.",
@@ -110,7 +113,9 @@ def main(argv):
   imitation_config = imitation.ImitationConfig(
       epochs=_IMITATION_EPOCHS.value,
       evaluations=_IMITATION_EVALUATIONS.value,
-      learning_rate=_TRAINING.learning_rate.value,
+      learning_rate=(_TRAINING.learning_rate.value
+                     if _IMITATION_LEARNING_RATE.value is None
+                     else _IMITATION_LEARNING_RATE.value),
       graphs_per_step=_GRAPHS_PER_ITERATION.value, seed=_SEED.value,
       canonical_labels=_IMITATION_CANONICAL_LABELS.value,
       matched_labels=_IMITATION_MATCHED_LABELS.value,

@@ -100,7 +100,8 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
   """Fits `policy` to the targets of `env`'s tasks; returns the statistics.
 
   `targets[i]` belongs to task i; tasks without a target (`method` None)
-  are left out. Statistics: epochs, tasks, without_target (task names),
+  are left out. Statistics: epochs, learning_rate, tasks, without_target
+  (task names),
   history (per epoch: epoch, loss, accuracy, seconds), loss and accuracy
   (a last pass after training), greedy (task -> step_time_us, target_us,
   ratio, valid), greedy_ratio (geometric mean of the ratios, valid greedy
@@ -112,7 +113,8 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
   if len(targets) != env.num_tasks:
     raise ValueError(f"{len(targets)} targets for {env.num_tasks} tasks")
   indices = [i for i, t in enumerate(targets) if t.method is not None]
-  stats = {"epochs": int(config.epochs), "tasks": len(indices),
+  stats = {"epochs": int(config.epochs),
+           "learning_rate": float(config.learning_rate), "tasks": len(indices),
            "without_target": [t.task for t in targets if t.method is None],
            "history": [], "greedy": {}, "evaluations": 0}
   if not indices:
