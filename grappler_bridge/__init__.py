@@ -17,4 +17,5 @@ _package_api.install(
     globals(),
     modules=("costs", "errors", "export", "extract", "graph_io", "graph_view",
              "grappler_estimates", "hardware", "limits", "package_api",
-             "profiling", "rewrite", "runnable", "side_effects", "tf_env"))
+             "profiling", "rewrite", "runnable", "side_effects", "tf_env",
+             "unallocated_variables"))

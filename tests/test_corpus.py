@@ -13,6 +13,7 @@ from tf_gdp import graph_specs
 from tf_gdp.corpus import families
 from tf_gdp.corpus import graph_sets
 from tf_gdp.corpus import store
+from tf_gdp.corpus import training_steps
 
 DEVICES = "p100x2"
 
@@ -100,6 +101,76 @@ def test_adam_slots_are_in_the_graph(tmp_path):
   # Each weight is updated once and Adam's two slots once each.
   updates = count("AssignSubVariableOp")
   assert updates >= 10 and count("AssignVariableOp") == 2 * updates
+
+
+def _count(graph, op):
+  return sum(t == op for t in graph.op_types)
+
+
+def _shapes(graph, op, prefix=""):
+  """Output shapes of the `op` nodes whose names start with `prefix`."""
+  return [graph.output_shapes[i][0] for i in range(graph.num_nodes)
+          if graph.op_types[i] == op and
+          graph.node_names[i].startswith(prefix)]
+
+
+def test_unet_concatenates_the_skip_of_each_scale():
+  unet = _variant("tiny_unet", families.UNET, depth=2, filters=4,
+                  image_size=16, batch=2, classes=3)
+  graph = store.build_graph(unet, DEVICES)
+  # Upsampled decoder features beside the encoder's of the same scale.
+  assert sorted(_shapes(graph, "ConcatV2", "unet/up")) == [
+      (2, 8, 8, 16), (2, 16, 16, 8)]
+  assert _count(graph, "MaxPool") == 2
+  logits = [graph.output_shapes[i][0] for i in range(graph.num_nodes)
+            if graph.node_names[i].endswith("logits/BiasAdd")]
+  assert logits == [(2, 16, 16, 3)]
+  with pytest.raises(ValueError, match="multiple"):
+    store.build_graph(_variant("odd", families.UNET, depth=3, filters=4,
+                               image_size=20, batch=1), DEVICES)
+
+
+def test_mixer_mixes_tokens_across_patches():
+  mixer = _variant("tiny_mixer", families.MIXER, layers=2, hidden=8,
+                   token_mlp=6, channel_mlp=12, patch=4, image_size=16,
+                   batch=2)
+  graph = store.build_graph(mixer, DEVICES)
+  # Each block turns (batch, 16 patches, 8 channels) to channels-first for
+  # its token MLP, whose weights map the 16 patches through 6 units.
+  assert _shapes(graph, "Transpose", "mlp_mixer/block1/to_tokens/") == [
+      (2, 8, 16)]
+  assert _count(graph, "Transpose") == 2 * 2 * 2  # and their gradients
+  assert _shapes(graph, "MatMul", "mlp_mixer/block0/token_mlp_in/") == [
+      (16, 6)]
+  assert _count(graph, "Conv2D") == 1  # the patch embedding only
+
+
+def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
+  vocabularies, dim, batch = (1000, 300, 70), 8, 4
+  dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,
+                  embedding_dim=dim, dense_features=5, bottom=(16,),
+                  top=(12,), batch=batch)
+  graph = store.build_graph(dlrm, DEVICES)
+  held = [int(b) for b in graph.memory_bytes]
+  for rows in vocabularies:
+    # The table, Adam's m and v; its gradient summed to the table's shape.
+    assert held.count(rows * dim * 4) == 3
+    assert (rows, dim) in _shapes(graph, "UnsortedSegmentSum")
+  assert _count(graph, "ResourceGather") == len(vocabularies)
+  # Dot products of the bottom MLP's output and every table's vector.
+  assert (batch, 4, 4) in _shapes(graph, "BatchMatMulV2")
+
+
+def test_unallocated_variables_have_a_shape_and_no_value():
+  from grappler_bridge import unallocated_variables  # pylint: disable=g-import-not-at-top
+  tf, tf_keras = training_steps.libraries()
+  with unallocated_variables.scope():
+    table = tf_keras.layers.Embedding(1000, 8)
+    table.build((None,))
+    made = tf.Variable(tf.ones([3]))  # a value given: made as usual
+  assert table.embeddings.shape == (1000, 8)
+  assert not table.embeddings.is_initialized()
+  assert made.is_initialized() and made.numpy().tolist() == [1, 1, 1]
 
 
 def test_a_failing_variant_keeps_what_was_built(tmp_path):

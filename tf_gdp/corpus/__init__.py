@@ -3,8 +3,9 @@
 `families` holds the table (families, their sizes, the fixed train/eval
 split); `store` builds a variant's graph on demand and caches it as op-graph
 JSON; `graph_sets` turns `corpus:SPLIT` items of a graph spec into those
-files. The builders (`training_steps`, `transformers`, `recurrent`) are real
-model code: Keras applications and tf_keras layers.
+files. The builders (`training_steps`, `transformers`, `recurrent`,
+`vision_models`, `recommenders`) are real model code: Keras applications
+and tf_keras layers.
 """
 
 from grappler_bridge import package_api as _package_api
@@ -18,5 +19,5 @@ __all__ = ["FAMILIES", "VARIANTS", "ensure", "variants"]
 
 _package_api.install(
     globals(),
-    modules=("families", "graph_sets", "recurrent", "store",
-             "training_steps", "transformers"))
+    modules=("families", "graph_sets", "recommenders", "recurrent", "store",
+             "training_steps", "transformers", "vision_models"))

@@ -8,9 +8,10 @@ the split is by family and fixed here: a policy is pre-trained on the
 `TRAIN` families only, and the `EVAL` families are run only to evaluate it.
 
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
-transformers and recurrent models written with tf_keras layers
-(`transformers`, `recurrent`), the zoo's models (`tf_gdp.zoo`, with knobs)
-and generated graphs (`tf_gdp.graph.generators`).
+transformers, recurrent models, U-Nets, MLP-Mixers and a DLRM-style
+recommender written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`), the zoo's models (`tf_gdp.zoo`, with
+knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
 
 import dataclasses
@@ -21,9 +22,9 @@ TRAIN = "train"
 EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
-KERAS, ENCODER, DECODER, VIT, RECURRENT, ZOO, GENERATED = (
-    "keras_application", "encoder", "decoder", "vit", "recurrent", "zoo",
-    "generated")
+KERAS, ENCODER, DECODER, VIT, RECURRENT, UNET, MIXER, DLRM, ZOO, GENERATED = (
+    "keras_application", "encoder", "decoder", "vit", "recurrent", "unet",
+    "mlp_mixer", "dlrm", "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,46 @@ def _language_models(family, kind, sizes):
       args["vocab"] = size[5]
     out.append((f"{family}_l{layers}_h{hidden}_s{seq}_b{batch}", args))
   return _variants(family, kind, out)
+
+
+def _unets(sizes):
+  """(depth, filters, image size, batch) per variant."""
+  return _variants("unet", UNET, [
+      (f"unet_d{depth}_f{filters}_i{image}_b{batch}",
+       dict(depth=depth, filters=filters, image_size=image, batch=batch))
+      for depth, filters, image, batch in sizes])
+
+
+def _mixers(sizes):
+  """(layers, hidden, token MLP, channel MLP, patch, image size, batch)."""
+  named = []
+  for layers, hidden, token, channel, patch, image, batch in sizes:
+    named.append((f"mixer_l{layers}_h{hidden}_p{patch}_i{image}_b{batch}",
+                  dict(layers=layers, hidden=hidden, token_mlp=token,
+                       channel_mlp=channel, patch=patch, image_size=image,
+                       batch=batch)))
+  return _variants("mlp_mixer", MIXER, named)
+
+
+# Rows per categorical feature of a click log: a few features with millions
+# of values, many with tens to thousands. A variant hashes each into at most
+# `max_rows` rows.
+_CLICK_LOG_ROWS = (
+    1_500, 600, 10_000_000, 2_200_000, 300, 24, 12_500, 650, 3, 93_000,
+    5_700, 8_400_000, 3_200, 27, 15_000, 5_500_000, 10, 5_700, 2_200, 4,
+    7_000_000, 18, 15, 290_000, 105, 140_000)
+
+
+def _dlrms(sizes):
+  """(features, max rows, embedding dim, bottom MLP, top MLP, batch)."""
+  named = []
+  for features, max_rows, dim, bottom, top, batch in sizes:
+    rows = tuple(min(r, max_rows) for r in _CLICK_LOG_ROWS[:features])
+    named.append((f"dlrm_t{features}_r{max_rows // 1000}k_d{dim}_b{batch}",
+                  dict(vocabularies=rows, embedding_dim=dim,
+                       dense_features=13, bottom=bottom, top=top,
+                       batch=batch)))
+  return _variants("recommender", DLRM, named)
 
 
 def _zoo(family, items):
@@ -167,6 +208,20 @@ _FAMILIES = (
            _zoo("wavenet", [("wavenet2", {}), ("wavenet4", {"batch": 8})])),
     Family("amoebanet", EVAL, "the zoo's AmoebaNet",
            _zoo("amoebanet", [("amoebanet", {})])),
+    Family("unet", EVAL, "U-Net segmentation, skip concatenations, Adam "
+           "(corpus.vision_models)",
+           _unets([(3, 32, 128, 8), (4, 64, 256, 16), (5, 64, 512, 8)])),
+    Family("mlp_mixer", EVAL, "MLP-Mixer classifier, token mixing across "
+           "patches, Adam (corpus.vision_models)",
+           _mixers([(8, 512, 256, 2048, 16, 224, 32),
+                    (12, 768, 384, 3072, 16, 224, 48),
+                    (12, 768, 384, 3072, 16, 224, 128)])),
+    Family("recommender", EVAL, "DLRM-style click model, embedding tables, "
+           "dot interactions, Adam (corpus.recommenders)",
+           _dlrms([(8, 100_000, 16, (64, 32), (64, 32), 512),
+                   (26, 1_000_000, 64, (512, 256), (512, 256), 4096),
+                   (26, 1_500_000, 128, (512, 256), (1024, 1024, 512, 256),
+                    2048)])),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -112,9 +112,11 @@ def _extract(variant: families.Variant):
   # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract
   from tf_gdp import zoo
+  from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
   from tf_gdp.corpus import training_steps
   from tf_gdp.corpus import transformers
+  from tf_gdp.corpus import vision_models
   # pylint: enable=g-import-not-at-top
   args = dict(variant.args)
   if variant.kind == families.ZOO:
@@ -126,6 +128,9 @@ def _extract(variant: families.Variant):
                                                             **args),
       families.VIT: lambda: transformers.vision_transformer(**args),
       families.RECURRENT: lambda: recurrent.language_model(**args),
+      families.UNET: lambda: vision_models.unet(**args),
+      families.MIXER: lambda: vision_models.mlp_mixer(**args),
+      families.DLRM: lambda: recommenders.dlrm(**args),
   }
   return extract.from_function(builders[variant.kind]())
 

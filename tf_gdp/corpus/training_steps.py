@@ -7,6 +7,8 @@ and the graph's shapes (which price every op) are fixed. Each builder
 returns the step function for `extract.from_function`.
 """
 
+import functools
+
 import numpy as np
 
 
@@ -25,19 +27,30 @@ class Optimizer:
   Keras optimizers create their slots lazily, inside the first trace, which
   a traced step cannot do; here the slots are variables made up front, so
   the graph holds them (their memory counts) and updates them as TF would.
+  A slot is made from a callable initial value, with its weight's dtype and
+  shape, so made inside `unallocated_variables.scope()` it holds no memory
+  either.
+
+  A gradient of looked-up rows (`IndexedSlices`) is made dense before the
+  update. `tf.convert_to_tensor` gives it an unknown shape (its dense shape
+  is a tensor), so its update is priced as if it were one element; with
+  `static_dense_shape` it is summed into the variable's static shape.
   """
 
   def __init__(self, variables, kind: str = "sgd",
-               learning_rate: float = 0.01):
+               learning_rate: float = 0.01, *,
+               static_dense_shape: bool = False):
     tf, _ = libraries()
     if kind not in ("sgd", "momentum", "adam"):
       raise ValueError(f"unknown optimizer {kind!r}")
     self._tf = tf  # not looked up inside the traced step
     self.variables, self.kind, self.learning_rate = (
         list(variables), kind, learning_rate)
+    self.static_dense_shape = static_dense_shape
     slots = {"sgd": (), "momentum": ("velocity",), "adam": ("m", "v")}[kind]
     self.slots = {
-        slot: [tf.Variable(tf.zeros_like(v), trainable=False,
+        slot: [tf.Variable(functools.partial(tf.zeros_like, v),
+                           shape=v.shape, dtype=v.dtype, trainable=False,
                            name=f"{v.name.split(':')[0]}/{slot}")
                for v in self.variables]
         for slot in slots}
@@ -49,7 +62,11 @@ class Optimizer:
     for i, (variable, grad) in enumerate(zip(self.variables, grads)):
       if grad is None:
         continue
-      if isinstance(grad, tf.IndexedSlices):
+      if isinstance(grad, tf.IndexedSlices) and self.static_dense_shape:
+        rows = tf.reshape(grad.values, [-1] + variable.shape[1:].as_list())
+        grad = tf.math.unsorted_segment_sum(rows, grad.indices,
+                                            variable.shape[0])
+      elif isinstance(grad, tf.IndexedSlices):
         grad = tf.convert_to_tensor(grad)
       if self.kind == "sgd":
         variable.assign_sub(rate * grad)
