@@ -1,5 +1,6 @@
 """The real-runtime benchmarks' arithmetic and tables, on made-up figures."""
 
+import numpy as np
 import pytest
 
 from tf_gdp.bench import agreement_check
@@ -40,3 +41,12 @@ def test_tables_name_every_graph_and_subset():
 def test_keras_applications_are_described():
   for name in keras_app_graphs.BUILDERS:
     assert "tf_keras.applications." in keras_app_graphs.describe(name)
+
+
+def test_the_same_placement_under_two_names_is_measured_once():
+  same_as = confirmed_place_check.distinct_placements({
+      "gdp": np.array([0, 0, 0]), "single_device": [0, 0, 0],
+      "m_etf": np.array([0, 1, 0]), "metis": np.array([0, 0, 0], np.int32),
+      "heft": [0, 1, 0]})
+  assert same_as == {"gdp": "gdp", "single_device": "gdp", "m_etf": "m_etf",
+                     "metis": "gdp", "heft": "m_etf"}

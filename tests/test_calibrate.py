@@ -144,3 +144,23 @@ def test_median_points_takes_the_median_round_per_size():
   merged = calibrate.median_points(rounds)
   assert [p.nbytes for p in merged] == [1024, 2048]
   assert [p.transfer_us for p in merged] == [200.0, 250.0]
+
+
+def test_both_directions_are_pooled_for_every_pair():
+  fits = {(0, 1): calibrate.LinkFit(300.0, 1.0, 9),
+          (1, 0): calibrate.LinkFit(100.0, 3.0, 9)}
+  point = lambda nbytes, us: calibrate.TransferPoint(nbytes, us + 50.0, 50.0,
+                                                     us)
+  tables = {(0, 1): [point(1024, 600.0), point(4096, 800.0)],
+            (1, 0): [point(1024, 200.0), point(4096, 400.0)]}
+  pooled_fits, pooled_tables = calibrate.pooled_links(3, fits, tables)
+  assert set(pooled_fits) == set(pooled_tables) == {
+      (i, j) for i in range(3) for j in range(3) if i != j}
+  fit = pooled_fits[(2, 0)]
+  assert fit.latency_us == 200.0 and fit.points == 18
+  assert fit.bandwidth_gbps == pytest.approx(1.5)  # 1 / mean(1/1, 1/3)
+  assert [p.transfer_us for p in pooled_tables[(0, 1)]] == [400.0, 600.0]
+  assert pooled_tables[(1, 0)] == pooled_tables[(0, 1)]
+  topo = calibrate.calibrated_topology(3, pooled_fits, tables=pooled_tables)
+  assert np.array_equal(topo.table_us[0, 1], topo.table_us[1, 0])
+  assert topo.transfer_us(0, 1, 4096) == topo.transfer_us(2, 1, 4096)

@@ -75,6 +75,35 @@ def test_a_busy_receiver_pays_for_each_arriving_transfer():
           simulator.simulate(alone, [0, 1], _two_devices()).step_time_us)
 
 
+def test_a_busy_receiver_also_pays_for_each_byte():
+  # As above with a 2,000-byte tensor: 30 us plus 2,000 bytes at 5,000 us
+  # per 10^6 bytes (10 us); a 0-byte transfer owes only the fixed part.
+  graph = _graph([10.0, 1.0, 3000.0], [(0, 1, 2000, 0)])
+  free = simulator.simulate(graph, [0, 1, 1], _two_devices())
+  topo = _with(_two_devices(), transfer_cpu_us=(0.0, 30.0),
+               transfer_cpu_us_per_mb=(0.0, 5000.0))
+  paid = simulator.simulate(graph, [0, 1, 1], topo)
+  assert paid.step_time_us == pytest.approx(free.step_time_us + 40.0)
+  # An idle receiver owes nothing: its handling is in the link's time.
+  idle = simulator.simulate(graph, [0, 1, 0], topo)
+  assert idle.step_time_us == simulator.simulate(
+      graph, [0, 1, 0], _two_devices()).step_time_us
+
+
+def test_a_busy_sender_pays_for_each_byte_it_sends():
+  # n0 sends 1,000 bytes to n1 on device 1; device 0 has started n2
+  # (3,000 us) when the transfer leaves, so the next op there, n3, owes
+  # 20 + 1,000 bytes at 10,000 us per 10^6 bytes = 30 us.
+  graph = _graph([10.0, 1.0, 3000.0, 1.0], [(0, 1, 1000, 0), (0, 2, 1000, 0),
+                                           (2, 3, 0, 0)])
+  topo = _with(_two_devices(), transfer_cpu_us=(20.0, 0.0),
+               transfer_cpu_us_per_mb=(10000.0, 0.0))
+  free = simulator.simulate(graph, [0, 1, 0, 0], _two_devices())
+  paid = simulator.simulate(graph, [0, 1, 0, 0], topo)
+  assert paid.step_time_us == pytest.approx(free.step_time_us + 30.0)
+  assert paid.device_busy_us[0] == pytest.approx(free.device_busy_us[0] + 30.0)
+
+
 def test_pipelined_latency_lets_a_burst_share_a_link():
   # Three 0-byte tensors to the other device: each takes 100 us, but holds
   # the pair's channel for only 100 - 70 = 30 us.
@@ -116,6 +145,7 @@ def test_compiled_core_agrees_with_reference_with_runtime_costs(
                step_overhead_us=tuple(rng.uniform(0, 50, 2)),
                control_transfers=control,
                transfer_cpu_us=tuple(rng.uniform(0, 20, 2)),
+               transfer_cpu_us_per_mb=tuple(rng.uniform(0, 20000, 2)),
                executor_order="last_ready_first" if lifo else "topological",
                pipelined_latency_us=float(rng.choice([0.0, rng.uniform(0, 20)])))
   priority = random_priority(rng, n) if with_priority else None

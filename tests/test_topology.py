@@ -122,9 +122,14 @@ def test_reports_say_where_link_figures_come_from():
 def test_runtime_costs_round_trip_and_bad_ones_are_refused(tmp_path):
   runtime = {"step_overhead_us": [500.0, 1100.0], "control_transfers": True,
              "transfer_cpu_us": [40.0, 120.0],
+             "transfer_cpu_us_per_mb": [600.0, 700.0],
              "executor_order": "last_ready_first",
              "pipelined_latency_us": 60.0}
   path = tmp_path / "runtime.json"
+  # Files from before the per-byte part read it as zero.
+  older = {k: v for k, v in runtime.items() if k != "transfer_cpu_us_per_mb"}
+  path.write_text(json.dumps(_document(runtime=older)))
+  assert topology.get(str(path)).runtime.transfer_cpu_us_per_mb == (0.0, 0.0)
   path.write_text(json.dumps(_document(runtime=runtime)))
   topo = topology.get(str(path))
   assert topo.runtime.step_overhead(1) == 500.0
@@ -138,6 +143,7 @@ def test_runtime_costs_round_trip_and_bad_ones_are_refused(tmp_path):
   for bad, message in (
       ({"step_overhead_us": [1.0]}, "one device, several devices"),
       ({"transfer_cpu_us": [-1.0, 0.0]}, ">= 0 us"),
+      ({"transfer_cpu_us_per_mb": [5.0]}, "sender, receiver"),
       ({"executor_order": "random"}, "executor_order must be one of"),
       ({"control_transfers": "yes"}, "true or false"),
       ({"pipelined_latency_us": "x"}, "malformed runtime"),

@@ -12,7 +12,9 @@ in the zoo), each repeat runs the whole comparison again:
 2. every one-shot baseline's placement, searched on the same profiled graph;
 3. all of them measured on one cluster, --rounds interleaved sweeps of
    --repeats steps each; a placement's time is the median of its sweeps'
-   medians.
+   medians. Methods that return the very same placement share one
+   measurement (`distinct_placements`), so GDP's result that is one
+   device's placement measures exactly as one device.
 
 Reported per graph: the median over repeats of GDP's measured time over
 one device's and over the best measured baseline's, and what confirmation
@@ -55,6 +57,19 @@ def _place_like_the_cli(extracted, graph, topology, budget_seconds, seed, log):
   return graph, result
 
 
+def distinct_placements(candidates) -> dict:
+  """Label -> the first label with the very same placement (itself if none).
+
+  Methods often agree (GDP's confirmed result is one device's placement,
+  METIS keeps a small graph whole): one placement is measured once per
+  sweep and its time shared, so two names for it never differ by noise.
+  """
+  first = {}
+  return {label: first.setdefault(np.asarray(placement, np.int64).tobytes(),
+                                  label)
+          for label, placement in candidates.items()}
+
+
 def run_graph(name: str, *, repeats: int, budget_seconds: float,
               rounds: int, steps: int, warmup: int, methods,
               log=print) -> dict:
@@ -79,25 +94,29 @@ def run_graph(name: str, *, repeats: int, budget_seconds: float,
         priced, topology, methods=methods, gdp_budget_seconds=-1.0,
         seed=repeat, log=log).items():
       candidates[label.partition(":")[2]] = placement
-    medians = {label: [] for label in candidates}
+    same_as = distinct_placements(candidates)
+    distinct = [label for label in candidates if same_as[label] == label]
+    medians = {label: [] for label in distinct}
     with workers.CpuWorkerCluster(2) as cluster:
       for sweep in range(rounds):
-        labels = list(candidates)
-        labels = labels[sweep % len(labels):] + labels[:sweep % len(labels)]
+        labels = distinct[sweep % len(distinct):] + distinct[
+            :sweep % len(distinct)]
         for label in labels:
           measured = measure.measure(extracted, candidates[label], cluster,
                                      topology=topology, warmup=warmup,
                                      repeats=steps)
           if measured.valid:
             medians[label].append(measured.step_time_us)
-    times = {label: float(np.median(v)) if v else None
-             for label, v in medians.items()}
+    times = {label: (float(np.median(medians[same_as[label]]))
+                     if medians[same_as[label]] else None)
+             for label in candidates}
     baselines = {k: v for k, v in times.items()
                  if k != "gdp" and v is not None}
     best = min(baselines, key=baselines.get)
     confirmation = result.details.get("confirmation", {})
     run = {"repeat": repeat, "place_seconds": place_seconds,
            "kept": confirmation.get("chosen"),
+           "same_placement_as": {k: v for k, v in same_as.items() if k != v},
            "confirmation": confirmation,
            "measured_us": times, "best_baseline": best,
            "vs_single_device": times["gdp"] / times["single_device"],

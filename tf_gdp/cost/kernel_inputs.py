@@ -69,7 +69,9 @@ def arguments(plan, tables, *, ordered: bool = False) -> tuple:
           runtime.control_transfers, runtime.transfer_cpu_us[0],
           runtime.transfer_cpu_us[1],
           runtime.executor_order == runtime_costs.LAST_READY_FIRST
-          and not ordered, runtime.pipelined_latency_us)
+          and not ordered, runtime.pipelined_latency_us,
+          runtime.transfer_cpu_us_per_mb[0] / 1e6,
+          runtime.transfer_cpu_us_per_mb[1] / 1e6)
 
 
 def ready_keys(plan, priority=None) -> tuple:

@@ -10,6 +10,7 @@ the optional "runtime" object of the file format):
   "runtime": {"step_overhead_us": [590.0, 1150.0],
               "control_transfers": true,
               "transfer_cpu_us": [40.0, 180.0],
+              "transfer_cpu_us_per_mb": [600.0, 700.0],
               "executor_order": "last_ready_first",
               "pipelined_latency_us": 90.0}
 
@@ -24,6 +25,10 @@ the optional "runtime" object of the file format):
   is busy computing when the transfer leaves (sender) or arrives (receiver)
   loses to it (gRPC work on a worker's one core); the next op it runs takes
   that much longer. An idle device's handling is in the link's latency.
+* `transfer_cpu_us_per_mb`: [sender, receiver]: the same loss per 10^6
+  bytes of the tensor, on top of `transfer_cpu_us` (gRPC copies every byte
+  on the worker's core; a split that moves tens of MB while both workers
+  compute loses that much compute time). Absent in older files: zero.
 * `executor_order`: which ready op a device runs next: "topological"
   (lowest topological rank: the model's default) or "last_ready_first"
   (TF's executor on one inter-op thread runs the op just made ready, depth
@@ -56,12 +61,14 @@ class RuntimeCosts:
   step_overhead_us: Tuple[float, float] = (0.0, 0.0)
   control_transfers: bool = False
   transfer_cpu_us: Tuple[float, float] = (0.0, 0.0)
+  transfer_cpu_us_per_mb: Tuple[float, float] = (0.0, 0.0)
   executor_order: str = TOPOLOGICAL
   pipelined_latency_us: float = 0.0
 
   def __post_init__(self):
     for field, parts in (("step_overhead_us", "one device, several devices"),
-                         ("transfer_cpu_us", "sender, receiver")):
+                         ("transfer_cpu_us", "sender, receiver"),
+                         ("transfer_cpu_us_per_mb", "sender, receiver")):
       value = getattr(self, field)
       try:
         pair = tuple(float(v) for v in value)
@@ -115,5 +122,6 @@ def to_document(runtime: RuntimeCosts) -> dict:
   return {"step_overhead_us": list(runtime.step_overhead_us),
           "control_transfers": runtime.control_transfers,
           "transfer_cpu_us": list(runtime.transfer_cpu_us),
+          "transfer_cpu_us_per_mb": list(runtime.transfer_cpu_us_per_mb),
           "executor_order": runtime.executor_order,
           "pipelined_latency_us": runtime.pipelined_latency_us}

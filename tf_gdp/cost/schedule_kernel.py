@@ -73,7 +73,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         start_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
         route_channels, control_transfers, cpu_send, cpu_recv, lifo,
-        pipelined):
+        pipelined, cpu_send_per_byte, cpu_recv_per_byte):
   """Simulates one placement on `d` devices (`kernel_inputs.arguments`).
 
   `placement` is uint32[n]; `ready_key[v]` (uint32) orders ready ops on a
@@ -83,7 +83,8 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   (`runtime_costs`): `control_transfers` sends a cross-device control edge
   as a 0-byte transfer (one per producer and destination device) instead of
   a bare latency; a device busy when a transfer leaves it (arrives at it)
-  owes `cpu_send` (`cpu_recv`) us, added to the next op it runs; a transfer
+  owes `cpu_send` (`cpu_recv`) us plus `cpu_send_per_byte`
+  (`cpu_recv_per_byte`) us per byte, added to the next op it runs; a transfer
   holds its route's channels for its link time less `pipelined` us (at
   least until it starts), after which the next transfer may start.
 
@@ -303,7 +304,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         end = now + _link_us(s, dv, size, latency, bytes_per_us, table_bytes,
                              table_us)
         if dev_busy[s]:
-          debt[s] += cpu_send
+          debt[s] += cpu_send + size * cpu_send_per_byte
         if record:
           x_start[x] = now
           x_end[x] = end
@@ -398,7 +399,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           continue
         dv = x_dst[x]
         if dev_busy[dv]:
-          debt[dv] += cpu_recv
+          debt[dv] += cpu_recv + x_bytes[x] * cpu_recv_per_byte
         for k in range(xc_ptr[x], xc_ptr[x + 1]):
           w = xc_node[k]
           pending[w] -= 1

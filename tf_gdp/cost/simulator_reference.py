@@ -166,9 +166,10 @@ class _ReferenceRun:
       self.waiting.remove(x)
       self.busy_channels |= self.channels(x)
       key, src_dev, dst_dev = self.transfers[x]
-      if not self.device_idle[src_dev]:
-        self.owed[src_dev] += self.runtime.transfer_cpu_us[0]
       size = self.tensor_size[key]
+      if not self.device_idle[src_dev]:
+        self.owed[src_dev] += (self.runtime.transfer_cpu_us[0] + size * (
+            self.runtime.transfer_cpu_us_per_mb[0] / 1e6))
       self.moved += size
       self.alloc(dst_dev, size)
       done = now + self.topo.transfer_us(src_dev, dst_dev, size)
@@ -213,7 +214,9 @@ class _ReferenceRun:
   def on_transfer(self, now, x):  # pylint: disable=unused-argument
     key, _, dst_dev = self.transfers[x]
     if not self.device_idle[dst_dev]:
-      self.owed[dst_dev] += self.runtime.transfer_cpu_us[1]
+      self.owed[dst_dev] += (self.runtime.transfer_cpu_us[1] +
+                             self.tensor_size[key] * (
+                                 self.runtime.transfer_cpu_us_per_mb[1] / 1e6))
     for e in self.consumers[key]:
       t = self.edges[e][1]
       if self.place[t] == dst_dev:

@@ -11,9 +11,11 @@ saves a topology file (`topology.calibrated_path(K)`), which
   `measure_transfers`); `--rounds` fresh clusters, median round per size.
   A least-squares fit of `latency + bytes / bandwidth`, weighted by relative
   error (small and large transfers count alike), gives the link's latency
-  and bandwidth. On
-  K=2 both directions are measured; with more workers the 0->1 and 1->0
-  figures (loopback is the same for every pair) are averaged for all pairs.
+  and bandwidth. Both directions between workers 0 and 1 are measured, and
+  every pair gets their mean (points and fit): loopback is the same for
+  every pair, and the two directions' difference in the ping-pong (up to 2x
+  on small tensors) does not show in real steps, whose splits measure alike
+  in both orientations (docs/BENCHMARKS.md).
 * compute (optional, `--compute`): the roofline (`local_cpu_core`) prices
   two calibration graphs (an MLP and a conv stack, training steps) unlike
   the ones benchmarks use; each is timed on one worker, and the geometric
@@ -346,6 +348,31 @@ def _link_tables(num_workers: int,
   return np.asarray(sizes, np.float64), table
 
 
+def pooled_links(num_workers: int, fits: Dict[tuple, LinkFit],
+                 tables: Dict[tuple, Sequence[TransferPoint]]):
+  """(fits, tables) for every pair of workers: the measured ones' mean.
+
+  Every pair is the same loopback. The fit takes the mean latency and the
+  harmonic-mean bandwidth (mean time per byte); the table, per size, the
+  mean point of the measured directions (the same sizes in each).
+  """
+  pooled = LinkFit(
+      latency_us=float(np.mean([f.latency_us for f in fits.values()])),
+      bandwidth_gbps=float(1.0 / np.mean(
+          [1.0 / f.bandwidth_gbps for f in fits.values()])),
+      points=sum(f.points for f in fits.values()))
+  points = [TransferPoint(
+      nbytes=same[0].nbytes,
+      remote_us=float(np.mean([p.remote_us for p in same])),
+      local_us=float(np.mean([p.local_us for p in same])),
+      transfer_us=float(np.mean([p.transfer_us for p in same])))
+            for same in zip(*tables.values())]
+  pairs = [(i, j) for i in range(num_workers) for j in range(num_workers)
+           if i != j]
+  return ({pair: pooled for pair in pairs},
+          {pair: points for pair in pairs})
+
+
 def median_points(rounds: Sequence[Sequence[TransferPoint]]
                  ) -> List[TransferPoint]:
   """Per size, the point of the median round (by transfer time).
@@ -418,14 +445,7 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
     report["links"][key] = dataclasses.asdict(fit)
     log(f"link {key}: latency {fit.latency_us:.1f} us, bandwidth "
         f"{fit.bandwidth_gbps:.3f} GB/s ({fit.points} points)")
-  if num_workers > 2:
-    pooled = LinkFit(
-        latency_us=float(np.mean([f.latency_us for f in fits.values()])),
-        bandwidth_gbps=float(1.0 / np.mean(
-            [1.0 / f.bandwidth_gbps for f in fits.values()])),
-        points=sum(f.points for f in fits.values()))
-    fits = {(i, j): pooled for i in range(num_workers)
-            for j in range(num_workers) if i != j}
+  fits, tables = pooled_links(num_workers, fits, tables)
   report["speed"] = speed
   report["load_after"] = os.getloadavg()
   runtime = calibrate_runtime.measured_runtime_costs(

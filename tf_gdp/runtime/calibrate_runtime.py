@@ -17,7 +17,9 @@ up on real placements and decide whether a fine split pays (see
   that core. The same ops without the transfers (every read and identity
   on the chain's worker) are the baseline, so the ops' own time cancels.
   The variants run alternately in one session (machine drift hits them
-  alike); the result is the difference of medians over `count`.
+  alike); the result is the difference of medians over `count`. The same
+  with a few 1 MB tensors gives the part that grows with the bytes (gRPC
+  copies each byte on the worker's one core).
 
 The executor's order and control-edge transfers are what TensorFlow does
 (one inter-op thread runs the op just made ready; the partitioner sends a
@@ -33,6 +35,9 @@ from tf_gdp.cost import runtime_costs
 # The chain that keeps one worker busy: [n, n] matmuls (~20 ms on a core).
 _CHAIN_SIZE, _CHAIN_MATMULS = 256, 30
 _TENSOR_FLOATS = 1024  # 4 KB: small, like most of a training step's tensors
+# Large tensors (1 MB each) for the per-byte part of a transfer's CPU cost:
+# together they take less time on the link than the chain computes.
+_LARGE_FLOATS, _LARGE_COUNT = 256 * 1024, 12
 
 
 def _tf():
@@ -90,11 +95,13 @@ def measure_step_overhead(cluster, *, repeats: int = 50,
   return times
 
 
-def _busy_side_graph(tf, devices, busy: int, count: int):
+def _busy_side_graph(tf, devices, busy: int, count: int, floats: int):
   """(graph, init ops, variants) for one side of `measure_transfer_cpu`.
 
   `busy` is the index (0 sender, 1 receiver) of the worker that runs the
-  chain; tensors go from devices[0] to devices[1].
+  chain; `count` tensors of `floats` floats go from devices[0] to
+  devices[1]. The local variant reads as many tensors of the same size from
+  variables on the busy worker, so that both variants run the same ops.
   """
   src, dst = devices
   with tf.Graph().as_default() as graph:
@@ -105,19 +112,20 @@ def _busy_side_graph(tf, devices, busy: int, count: int):
       for _ in range(_CHAIN_MATMULS):
         h = tf.matmul(h, square.read_value())
       chain = h.op
-    variables = []
+    sent, kept = [], []
     for i in range(count):
       with tf.device(src):
-        variables.append(tf.Variable(tf.random.uniform([_TENSOR_FLOATS],
-                                                       seed=i + 2)))
+        sent.append(tf.Variable(tf.random.uniform([floats], seed=i + 2)))
+      with tf.device(devices[busy]):
+        kept.append(sent[-1] if busy == 0 else tf.Variable(
+            tf.random.uniform([floats], seed=i + 2)))
     variants = {}
-    for variant, reads_on, uses_on in (
-        ("transfers", src, dst), ("local", devices[busy], devices[busy])):
+    for variant, variables, uses_on in (("transfers", sent, dst),
+                                        ("local", kept, devices[busy])):
       ends = [chain]
       for variable in variables:
-        with tf.device(reads_on):
-          value = variable.read_value() if reads_on == src else tf.identity(
-              tf.ones([_TENSOR_FLOATS]))
+        with tf.device(variable.device):
+          value = variable.read_value()
         with tf.device(uses_on):
           ends.append(tf.identity(value).op)
       variants[variant] = ends
@@ -126,22 +134,44 @@ def _busy_side_graph(tf, devices, busy: int, count: int):
       other = tf.identity(tf.constant(0.0)).op
     for ends in variants.values():
       ends.append(other)
-    init = [square.initializer] + [v.initializer for v in variables]
+    init = [square.initializer] + [
+        v.initializer for v in {id(v): v for v in sent + kept}.values()]
   return graph, init, variants
 
 
-def measure_transfer_cpu(cluster, *, count: int = 128, repeats: int = 15,
+def measure_transfer_cpu(cluster, *, count: int = 128,
+                         large_count: int = _LARGE_COUNT,
+                         large_floats: int = _LARGE_FLOATS,
+                         repeats: int = 15,
                          timeout_s: float = 60.0) -> Dict[str, float]:
-  """Microseconds a busy sender and a busy receiver lose per transfer."""
+  """What a busy sender and a busy receiver lose to a transfer.
+
+  Per side, `count` small (4 KB) tensors give the fixed cost per transfer
+  (`sender_us`, `receiver_us`), and `large_count` tensors of `large_floats`
+  floats its growth with size (`sender_us_per_mb`, `receiver_us_per_mb`,
+  per 10^6 bytes): on a one-core worker, gRPC copies every byte of a
+  tensor it sends or receives on the core that runs the ops.
+  """
   tf, config, options = _session_parts(cluster, timeout_s)
   devices = cluster.device_names[:2]
   result = {}
-  for label, busy in (("sender_us", 0), ("receiver_us", 1)):
-    graph, init, variants = _busy_side_graph(tf, devices, busy, count)
-    times = median_times(tf, cluster, graph, init, variants, config,
-                          options, repeats)
-    result[label] = max(0.0, (times["transfers"] - times["local"]) / count)
-    result[label.replace("_us", "_steps_us")] = times
+  small_mb = _TENSOR_FLOATS * 4 / 1e6
+  large_mb = large_floats * 4 / 1e6
+  for side, busy in (("sender", 0), ("receiver", 1)):
+    per_transfer = {}
+    for size, tensors, floats in (("small", count, _TENSOR_FLOATS),
+                                  ("large", large_count, large_floats)):
+      graph, init, variants = _busy_side_graph(tf, devices, busy, tensors,
+                                               floats)
+      times = median_times(tf, cluster, graph, init, variants, config,
+                           options, repeats)
+      per_transfer[size] = max(
+          0.0, (times["transfers"] - times["local"]) / tensors)
+      result[f"{side}_{size}_steps_us"] = times
+    result[f"{side}_us"] = per_transfer["small"]
+    result[f"{side}_us_per_mb"] = max(
+        0.0, (per_transfer["large"] - per_transfer["small"])
+        / (large_mb - small_mb))
   return result
 
 
@@ -198,6 +228,8 @@ def measured_runtime_costs(step_overhead: Dict[str, float],
       control_transfers=True,
       transfer_cpu_us=(transfer_cpu["sender_us"],
                        transfer_cpu["receiver_us"]),
+      transfer_cpu_us_per_mb=(transfer_cpu.get("sender_us_per_mb", 0.0),
+                              transfer_cpu.get("receiver_us_per_mb", 0.0)),
       executor_order=runtime_costs.LAST_READY_FIRST,
       pipelined_latency_us=max(0.0, small_transfer_us
                                - burst["per_transfer_us"]))
