@@ -121,11 +121,15 @@ def test_cpu_workers_are_calibrated_on_first_use(tmp_path, monkeypatch):
     topology_lib.save(topology_lib.custom(
         guessed.name, guessed.devices, guessed.bandwidth_gbps * 2,
         guessed.latency_us, guessed.hardware, table_bytes=[1024, 4096],
-        table_us=np.full((count, count, 2), 400.0)),
+        table_us=np.full((count, count, 2), 400.0),
+        runtime=runtime_costs.RuntimeCosts(
+            transfer_cpu_us_per_mb=(900.0, 900.0))),
         topology_lib.calibrated_path(count))
     return {}
 
   monkeypatch.setattr(calibrate, "calibrate", fake_calibrate)
+  # A home of its own: the calibration it saves is no other test's.
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path / "home"))
   assert topology_lib.link_source(topology_lib.get("cpu-workers:2")) == "guessed"
   for _ in range(2):
     place_batch.place_many("layered:60", "cpu-workers:2", str(tmp_path / "o"),
@@ -133,3 +137,15 @@ def test_cpu_workers_are_calibrated_on_first_use(tmp_path, monkeypatch):
   assert calls == [2]  # once: the second run reads the saved file
   report = json.loads((tmp_path / "o" / "layered_60" / "report.json").read_text())
   assert report["links"] == "measured"
+  # A file from a version that did not measure every runtime cost is
+  # measured again, once.
+  path = topology_lib.calibrated_path(2)
+  document = json.loads(open(path, encoding="utf-8").read())
+  del document["runtime"]["transfer_cpu_us_per_mb"]
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(document, f)
+  assert "older version" in calibrate.stale_reason(2)
+  for _ in range(2):
+    place_batch.place_many("layered:60", "cpu-workers:2", str(tmp_path / "o"),
+                           method="single_device", compare=(), pictures=False)
+  assert calls == [2, 2] and calibrate.stale_reason(2) is None

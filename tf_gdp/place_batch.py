@@ -22,6 +22,7 @@ file is written atomically, so an interrupted run leaves no half file.
 import dataclasses
 import json
 import os
+import re
 import time
 from typing import Callable, List, Optional
 
@@ -65,8 +66,9 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   `robust_members` and `robust_objective` are `placing.place`'s. With
   `profile`, a TensorFlow graph whose devices are here (`local-cpus:K`,
   `cpu-workers:K`) is priced by a profile on them (`runtime.profiled_costs`);
-  with `calibrate`, a cpu-workers:K topology whose links were never measured
-  is calibrated first (`tf-gdp calibrate`, saved for the next run). With
+  with `calibrate`, a cpu-workers:K topology never measured here, or measured
+  by an older version (`calibrate.stale_reason`), is calibrated first
+  (`tf-gdp calibrate`, saved for the next run). With
   `confirm`, a placement for devices that can be timed is measured against
   the best baselines and one device before it is written
   (`confirm_placement`). Neither runs a graph whose ops reach outside the
@@ -82,8 +84,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
     gdp_method.check_policy(policy)
   topology = topology_lib.get(devices)
   items = graph_specs.parse(spec, signature=signature)
-  if calibrate and topology_lib.link_source(topology) == "guessed":
-    topology = _calibrated(devices, log)
+  if calibrate and re.fullmatch(rf"{topology_lib.CPU_WORKERS}:\d+", devices):
+    topology = _calibrated(devices, topology, log)
   os.makedirs(out_dir, exist_ok=True)
   outcomes = []
   started = time.perf_counter()
@@ -164,11 +166,15 @@ def write_outputs(folder, loaded, topology, result, *, pictures=True,
                                loaded.saved_model_signature)
 
 
-def _calibrated(devices: str, log) -> topology_lib.Topology:
-  """cpu-workers:K with measured links: calibrates once, then reads the file."""
+def _calibrated(devices: str, topology, log) -> topology_lib.Topology:
+  """cpu-workers:K with measured links and runtime costs: calibrates when
+  they were never measured here or by an older version, else the file."""
   from tf_gdp.runtime import calibrate  # pylint: disable=g-import-not-at-top
   count = int(devices.partition(":")[2])
-  log(f"{devices}: links never measured here; calibrating (once, saved to "
+  reason = calibrate.stale_reason(count)
+  if reason is None:
+    return topology
+  log(f"{devices}: {reason}; calibrating (once, saved to "
       f"{topology_lib.calibrated_path(count)}; `tf-gdp calibrate` redoes it)")
   calibrate.calibrate(count, log=lambda line: log(f"  {line}"))
   return topology_lib.get(devices)

@@ -29,6 +29,7 @@ Run it as `tf-gdp calibrate --workers=2 [--compute]`.
 """
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -42,6 +43,9 @@ from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.runtime import calibrate_runtime
 
+# What a saved calibration must hold to be used as it is: a file without one
+# of these runtime fields was measured by an older version.
+_CURRENT_RUNTIME_FIELDS = ("transfer_cpu_us_per_mb",)
 # Transfer sizes: 1 KB .. 64 MB, x4 apart.
 DEFAULT_SIZES = tuple(1024 * 4 ** i for i in range(9))
 _FLOAT_BYTES = 4
@@ -280,6 +284,29 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
 
 
 # ---- the topology ------------------------------------------------------------
+
+
+def stale_reason(num_workers: int) -> Optional[str]:
+  """Why cpu-workers:K must be calibrated (again) before use, or None.
+
+  Never measured here, or measured by a version that did not yet measure
+  every runtime cost the simulator now charges. An unreadable file is left
+  to `topology.get`, which says what is wrong with it.
+  """
+  path = topology_lib.calibrated_path(num_workers)
+  try:
+    with open(path, encoding="utf-8") as f:
+      document = json.load(f)
+  except FileNotFoundError:
+    return "links never measured here"
+  except (OSError, ValueError):
+    return None
+  runtime = document.get("runtime") if isinstance(document, dict) else None
+  missing = [field for field in _CURRENT_RUNTIME_FIELDS
+             if not isinstance(runtime, dict) or field not in runtime]
+  if missing:
+    return f"calibrated by an older version (without {', '.join(missing)})"
+  return None
 
 
 def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],

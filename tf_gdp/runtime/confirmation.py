@@ -6,8 +6,13 @@ that are here is handed to the user, the few best candidates by prediction
 and the single-device placement are run on the target, round after round in
 a rotating order (so that drifting machine load hits each alike), and the
 winner is the best measured median. A placement that measures slower than
-one device is never the result: one device is a candidate, and it also wins
-when the best beats it by less than `TIE_MARGIN`, a gain inside the noise.
+one device is never the result: one device is a candidate, and another
+candidate wins only when it is faster than one device in every round (the
+two measured side by side, minutes apart at most) and by more than
+`TIE_MARGIN` in the median; anything less is inside the noise of a shared
+machine, where one placement's rounds differ by 10-15%. Candidates with the
+very same placement are measured once (one device's name first), so noise
+never picks one name of a placement over another.
 
 Only targets with real parallel devices are measured: `cpu-workers:K`
 clusters and this process's GPUs. This process's logical CPU devices
@@ -73,19 +78,23 @@ def confirm(extracted, candidates: Sequence[Candidate], target: str, *,
 
   `candidates` must include the single-device placement under the name
   `single_device`; a candidate that fails to run (OOM, kernel error) is
-  never chosen, and one device wins ties (`TIE_MARGIN`). Each candidate's figure is the median of its rounds'
-  medians (`repeats` timed steps each after one warm-up step).
+  never chosen, and another candidate wins only when it clearly beats one
+  device (`_winner`). Each candidate's figure is the median of its rounds'
+  medians (`repeats` timed steps each after one warm-up step); rows of
+  candidates with another's placement name it in `same_as`.
   """
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   names = [c.name for c in candidates]
   if "single_device" not in names:
     raise ValueError("confirmation needs the single_device candidate")
-  runs = {name: [] for name in names}
+  twin = _twins(candidates)
+  timed = [c for c in candidates if twin[c.name] == c.name]
+  runs = {c.name: [] for c in timed}
   reasons = {}
   with _opened(target) as opened:
     for round_index in range(rounds):
-      shift = round_index % len(candidates)
-      for candidate in list(candidates[shift:]) + list(candidates[:shift]):
+      shift = round_index % len(timed)
+      for candidate in list(timed[shift:]) + list(timed[:shift]):
         found = measure.measure(extracted, candidate.placement, opened,
                                 topology=topology, warmup=1, repeats=repeats,
                                 allow_side_effects=allow_side_effects)
@@ -94,27 +103,58 @@ def confirm(extracted, candidates: Sequence[Candidate], target: str, *,
         else:
           reasons[candidate.name] = found.reason
       log(f"  measured round {round_index + 1}/{rounds}: " + ", ".join(
-          f"{n} {runs[n][-1] / 1e3:.1f} ms" for n in names
+          f"{n} {runs[n][-1] / 1e3:.1f} ms" for n in runs
           if runs[n] and n not in reasons))
   rows = []
   for candidate in candidates:
-    times = runs[candidate.name]
-    ok = bool(times) and candidate.name not in reasons
+    source = twin[candidate.name]
+    times = runs[source]
+    ok = bool(times) and source not in reasons
     rows.append({"name": candidate.name,
                  "predicted_us": float(candidate.predicted_us),
                  "measured_us": float(statistics.median(times)) if ok else None,
                  "round_us": [float(t) for t in times], "valid": ok,
-                 "reason": reasons.get(candidate.name)})
-  measured = [r for r in rows if r["valid"]]
-  chosen = (min(measured, key=lambda r: r["measured_us"])["name"]
-            if measured else "single_device")
-  single = next(r for r in rows if r["name"] == "single_device")
-  best = next((r for r in rows if r["name"] == chosen), single)
-  if single["valid"] and best["measured_us"] > single["measured_us"] * (
-      1.0 - TIE_MARGIN):
-    chosen = "single_device"
-  return Confirmation(target=str(target), chosen=chosen, rows=rows,
+                 "reason": reasons.get(source),
+                 "same_as": None if source == candidate.name else source})
+  return Confirmation(target=str(target), chosen=_winner(rows), rows=rows,
                       rounds=rounds)
+
+
+def _twins(candidates: Sequence[Candidate]) -> dict:
+  """Name -> the candidate measured for it: the first with the very same
+  placement, one device's own name before any other."""
+  ordered = sorted(candidates, key=lambda c: c.name != "single_device")
+  first = {}
+  for candidate in ordered:
+    first.setdefault(np.asarray(candidate.placement, np.int64).tobytes(),
+                     candidate.name)
+  return {c.name: first[np.asarray(c.placement, np.int64).tobytes()]
+          for c in candidates}
+
+
+def _winner(rows: List[dict]) -> str:
+  """The fastest candidate that clearly beats one device, else one device.
+
+  Clearly: faster in every round, side by side, and by more than
+  `TIE_MARGIN` in the median. Without a valid one-device figure, the best
+  valid median.
+  """
+  single = next(r for r in rows if r["name"] == "single_device")
+  valid = [r for r in rows if r["valid"] and r["same_as"] is None]
+  if not single["valid"]:
+    return (min(valid, key=lambda r: r["measured_us"])["name"] if valid
+            else "single_device")
+
+  def clearly_faster(row) -> bool:
+    return (row["measured_us"] < single["measured_us"] * (1.0 - TIE_MARGIN)
+            and len(row["round_us"]) == len(single["round_us"])
+            and all(mine < theirs for mine, theirs in
+                    zip(row["round_us"], single["round_us"])))
+
+  winners = [r for r in valid
+             if r["name"] != "single_device" and clearly_faster(r)]
+  return (min(winners, key=lambda r: r["measured_us"])["name"] if winners
+          else "single_device")
 
 
 @contextlib.contextmanager
