@@ -64,10 +64,8 @@ def distinct_placements(candidates) -> dict:
   METIS keeps a small graph whole): one placement is measured once per
   sweep and its time shared, so two names for it never differ by noise.
   """
-  first = {}
-  return {label: first.setdefault(np.asarray(placement, np.int64).tobytes(),
-                                  label)
-          for label, placement in candidates.items()}
+  from tf_gdp.runtime import confirmation  # pylint: disable=g-import-not-at-top
+  return confirmation.same_placements(candidates)
 
 
 def run_graph(name: str, *, repeats: int, budget_seconds: float,

@@ -24,7 +24,7 @@ so.
 import contextlib
 import dataclasses
 import statistics
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -120,16 +120,26 @@ def confirm(extracted, candidates: Sequence[Candidate], target: str, *,
                       rounds=rounds)
 
 
-def _twins(candidates: Sequence[Candidate]) -> dict:
-  """Name -> the candidate measured for it: the first with the very same
-  placement, one device's own name before any other."""
-  ordered = sorted(candidates, key=lambda c: c.name != "single_device")
-  first = {}
-  for candidate in ordered:
-    first.setdefault(np.asarray(candidate.placement, np.int64).tobytes(),
-                     candidate.name)
-  return {c.name: first[np.asarray(c.placement, np.int64).tobytes()]
-          for c in candidates}
+def same_placements(placements: Mapping[str, Any],
+                    first: Optional[str] = None) -> Dict[str, str]:
+  """Name -> the name of the first entry with the very same placement.
+
+  In the mapping's order, with `first` (when given) before every other
+  name: one placement under several names is then measured once, under
+  that name.
+  """
+  ordered = sorted(placements, key=lambda name: name != first)
+  seen = {}
+  for name in ordered:
+    seen.setdefault(np.asarray(placements[name], np.int64).tobytes(), name)
+  return {name: seen[np.asarray(placements[name], np.int64).tobytes()]
+          for name in placements}
+
+
+def _twins(candidates: Sequence[Candidate]) -> Dict[str, str]:
+  """Name -> the candidate measured for it (one device's name first)."""
+  return same_placements({c.name: c.placement for c in candidates},
+                         first="single_device")
 
 
 def _winner(rows: List[dict]) -> str:
