@@ -50,3 +50,25 @@ def test_the_same_placement_under_two_names_is_measured_once():
       "heft": [0, 1, 0]})
   assert same_as == {"gdp": "gdp", "single_device": "gdp", "m_etf": "m_etf",
                      "metis": "gdp", "heft": "m_etf"}
+
+
+def test_sweeps_measure_one_placement_once_under_all_its_names():
+  calls = []
+
+  class Result:
+    valid, reason = True, None
+
+    def __init__(self, placement):
+      calls.append(tuple(placement))
+      self.step_time_us = 100.0 * len(calls)
+
+  candidates = {"all_on_0": np.array([0, 0]), "split": np.array([0, 1]),
+                "method:metis": np.array([0, 0])}
+  rows = [{"placement": label, "round_medians_us": [], "reasons": []}
+          for label in candidates]
+  agreement_check.measure_sweeps(rows, candidates, 2, Result)
+  assert calls == [(0, 0), (0, 1), (0, 0), (0, 1)]
+  assert rows[0]["round_medians_us"] == [100.0, 300.0]
+  assert rows[2]["round_medians_us"] == [100.0, 300.0]
+  assert rows[2]["same_as"] == "all_on_0" and "same_as" not in rows[0]
+  assert rows[1]["round_medians_us"] == [200.0, 400.0]

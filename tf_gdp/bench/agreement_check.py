@@ -47,6 +47,7 @@ from tf_gdp.bench import agreement_placements
 from tf_gdp.bench import bench_graphs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.runtime import calibrate_runtime
+from tf_gdp.runtime import confirmation
 
 _DEVICES = "cpu-workers:2"
 
@@ -67,6 +68,36 @@ def _summary(predicted, measured) -> dict:
           "worst_pct": float(np.max(ape)),
           "within_20pct": int(np.sum(ape <= 20.0)),
           "bias": float(np.median(predicted / measured))}
+
+
+def measure_sweeps(rows, candidates, rounds: int, measure_one) -> None:
+  """Fills each row's `round_medians_us` (and `reasons`) from `rounds` sweeps.
+
+  Rounds sweep all placements in turn, so that a burst of load from other
+  processes on this shared machine hits one round, not one placement. One
+  placement under several names (all on worker 0 is also what single_device,
+  METIS and often GDP return) is measured once: its rows share that
+  measurement (`same_as` names the row measured) instead of showing the
+  noise between runs. `measure_one(placement)` returns a `MeasureResult`.
+  """
+  same_as = confirmation.same_placements(candidates)
+  by_label = {row["placement"]: row for row in rows}
+  for _ in range(rounds):
+    for label, placement in candidates.items():
+      if same_as[label] != label:
+        continue
+      row = by_label[label]
+      result = measure_one(placement)
+      if result.valid:
+        row["round_medians_us"].append(result.step_time_us)
+      else:
+        row["reasons"].append(result.reason)
+  for row in rows:
+    first = by_label[same_as[row["placement"]]]
+    if first is not row:
+      row["same_as"] = first["placement"]
+      row["round_medians_us"] = list(first["round_medians_us"])
+      row["reasons"] = list(first["reasons"])
 
 
 def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
@@ -106,16 +137,9 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
       row["transfers"] = sim.num_transfers
       row["transfer_mb"] = sim.transfer_bytes / 1e6
     rows.append(row)
-  # Rounds sweep all placements in turn, so that a burst of load from other
-  # processes on this shared machine hits one round, not one placement.
-  for _ in range(rounds):
-    for row, placement in zip(rows, candidates.values()):
-      result = measure.measure(extracted, placement, cluster, topology=topo,
-                               warmup=warmup, repeats=repeats)
-      if result.valid:
-        row["round_medians_us"].append(result.step_time_us)
-      else:
-        row["reasons"].append(result.reason)
+  measure_sweeps(rows, candidates, rounds, lambda placement: measure.measure(
+      extracted, placement, cluster, topology=topo, warmup=warmup,
+      repeats=repeats))
   for row in rows:
     times = row["round_medians_us"]
     row["measured_median_us"] = float(np.median(times)) if times else None
