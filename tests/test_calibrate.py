@@ -7,6 +7,7 @@ from tf_gdp import errors
 from tf_gdp.cost import topology
 from tf_gdp.runtime import calibrate
 from tf_gdp.runtime import calibrate_runtime
+from tf_gdp.runtime import workers
 
 _SIZES = np.array(calibrate.DEFAULT_SIZES, np.float64)
 
@@ -164,3 +165,53 @@ def test_both_directions_are_pooled_for_every_pair():
   topo = calibrate.calibrated_topology(3, pooled_fits, tables=pooled_tables)
   assert np.array_equal(topo.table_us[0, 1], topo.table_us[1, 0])
   assert topo.transfer_us(0, 1, 4096) == topo.transfer_us(2, 1, 4096)
+
+
+def test_the_runtime_costs_are_the_median_over_fresh_clusters(tmp_path,
+                                                              monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  rounds = iter(range(3))
+  per_mb = [900.0, 1500.0, 1000.0]  # one instance far off the others
+
+  class Cluster:
+
+    def __enter__(self):
+      self.round = next(rounds)
+      return self
+
+    def __exit__(self, *unused):
+      pass
+
+  monkeypatch.setattr(workers, "CpuWorkerCluster", lambda count: Cluster())
+  monkeypatch.setattr(
+      calibrate, "measure_transfers", lambda cluster, sizes, src, dst: [
+          calibrate.TransferPoint(n, 0.0, 0.0, 300.0 + n / 1e3)
+          for n in sizes])
+  monkeypatch.setitem(calibrate._RUNTIME_MEASUREMENTS, "step_overhead",
+                      lambda cluster: {"one_worker_us": 600.0 + cluster.round,
+                                       "all_workers_us": 900.0})
+  monkeypatch.setitem(
+      calibrate._RUNTIME_MEASUREMENTS, "transfer_cpu", lambda cluster: {
+          "sender_us": 60.0, "receiver_us": 70.0,
+          "sender_us_per_mb": per_mb[cluster.round],
+          "receiver_us_per_mb": per_mb[cluster.round],
+          "sender_small_steps_us": {"transfers": 1.0, "local": 1.0}})
+  monkeypatch.setitem(calibrate._RUNTIME_MEASUREMENTS, "transfer_burst",
+                      lambda cluster: {"per_transfer_us": 80.0})
+  report = calibrate.calibrate(2, rounds=3, log=lambda line: None)
+  runtime = topology.get("cpu-workers:2").runtime
+  assert runtime.transfer_cpu_us_per_mb == (1000.0, 1000.0)
+  assert runtime.step_overhead_us == (601.0, 900.0)
+  assert len(report["runtime_rounds"]["transfer_cpu"]) == 3
+
+
+def test_each_worker_gets_its_own_measured_speed(tmp_path, monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  compute = {"mlp": {"speed_by_worker": [1.0, 0.9]},
+             "conv": {"speed_by_worker": [1.21, 1.0]}}
+  speeds = calibrate.worker_speeds(compute)
+  assert speeds == pytest.approx([1.1, 0.9 ** 0.5])
+  links = {(0, 1): calibrate.LinkFit(120.0, 1.6, 9)}
+  topology.save(calibrate.calibrated_topology(2, links, speed=speeds),
+                topology.calibrated_path(2))
+  assert list(topology.get("cpu-workers:2").speeds) == pytest.approx(speeds)

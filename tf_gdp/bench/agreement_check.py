@@ -211,6 +211,11 @@ def run(graph_names, *, repeats: int, warmup: int, rounds: int,
   graphs = []
   with workers.CpuWorkerCluster(2) as cluster:
     step_overhead = calibrate_runtime.measure_step_overhead(cluster)
+    # What a transfer costs a busy core varies between cluster instances
+    # (the calibration takes the median over its own): this instance's
+    # figures, for the record beside the calibration's.
+    transfer_cpu = calibrate_runtime.median_of_rounds(
+        [calibrate_runtime.measure_transfer_cpu(cluster)])
     for name in graph_names:
       graphs.append(run_graph(
           name, cluster, topo, repeats=repeats, warmup=warmup,
@@ -244,6 +249,8 @@ def run(graph_names, *, repeats: int, warmup: int, rounds: int,
       "seconds": time.time() - start,
       "rounds": rounds, "repeats": repeats, "warmup": warmup,
       "step_overhead_us": step_overhead,
+      "transfer_cpu_this_cluster": transfer_cpu,
+      "runtime": topology_lib.to_document(topo).get("runtime"),
       "graphs": graphs,
       "aggregate": aggregate,
       "overall": overall,

@@ -6,8 +6,8 @@ Examples:
 
 Starts K single-core TF worker processes, times tensors of 1 KB to 64 MB sent
 between them in the middle of a step (fresh clusters, median round), fits
-latency + bytes / bandwidth and, with --compute, the device speed against the
-roofline, and saves the topology file that `--devices=cpu-workers:K` then
+latency + bytes / bandwidth and, with --compute, each worker's speed against
+the roofline, and saves the topology file that `--devices=cpu-workers:K` then
 reads (`tf_gdp.runtime.calibrate` describes the method). Without it,
 cpu-workers:K uses guessed links, and reports say so.
 """

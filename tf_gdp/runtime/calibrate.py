@@ -22,7 +22,8 @@ saves a topology file (`topology.calibrated_path(K)`), which
   mean of roofline / (measured - trivial step time) becomes every device's
   `speed`.
 * the runtime's own costs (`calibrate_runtime`): a step's fixed cost and
-  what a transfer takes from a busy worker's core, saved as the topology's
+  what a transfer takes from a busy worker's core, measured in every round
+  and saved, each figure the median over rounds, as the topology's
   `runtime` (`cost.runtime_costs`).
 
 Run it as `tf-gdp calibrate --workers=2 [--compute]`.
@@ -30,10 +31,9 @@ Run it as `tf-gdp calibrate --workers=2 [--compute]`.
 
 import dataclasses
 import json
-import math
 import os
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 from scipy import optimize
@@ -255,12 +255,16 @@ def calibration_graphs():
 
 def measure_speed(cluster, *, step_overhead_us: float = 0.0,
                   repeats: int = 7) -> Dict[str, Dict[str, float]]:
-  """Roofline / measured time of each calibration graph on worker 0.
+  """Roofline / measured time of each calibration graph on every worker.
 
   The simulator adds a step's fixed cost itself (the topology's runtime),
   so `step_overhead_us` (a trivial step's time,
   `calibrate_runtime.measure_step_overhead`) is taken off the measured time
-  before the ratio.
+  before the ratio. The workers are measured in turn per graph: they are
+  not alike (worker 0 also hosts the session's master, and the other cores
+  carry other work), by 1-10% on this machine. Per graph: `roofline_us`,
+  `measured_us` and `speed` on worker 0, and `measured_us_by_worker` and
+  `speed_by_worker` for every worker.
   """
   from tf_gdp.runtime import measure as measure_lib  # pylint: disable=g-import-not-at-top
   from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
@@ -270,17 +274,28 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
     graph = graph_specs.op_graph_from_extracted(extracted, name=name,
                                                 devices=label)
     roofline_us = float(np.sum(graph.costs["CPU"]))
-    placement = {node: cluster.device_names[0] for node in graph.node_names}
-    measured = measure_lib.measure(extracted, placement, cluster,
-                                   warmup=3, repeats=repeats)
-    if not measured.valid:
-      raise RuntimeError(f"calibration graph {name} failed: "
-                         f"{measured.reason}")
-    compute_us = max(measured.step_time_us - step_overhead_us, 1.0)
+    measured_us = []
+    for device in cluster.device_names:
+      placement = {node: device for node in graph.node_names}
+      measured = measure_lib.measure(extracted, placement, cluster,
+                                     warmup=3, repeats=repeats)
+      if not measured.valid:
+        raise RuntimeError(f"calibration graph {name} failed on {device}: "
+                           f"{measured.reason}")
+      measured_us.append(measured.step_time_us)
+    speeds = [roofline_us / max(us - step_overhead_us, 1.0)
+              for us in measured_us]
     result[name] = {"roofline_us": roofline_us,
-                    "measured_us": measured.step_time_us,
-                    "speed": roofline_us / compute_us}
+                    "measured_us": measured_us[0], "speed": speeds[0],
+                    "measured_us_by_worker": measured_us,
+                    "speed_by_worker": speeds}
   return result
+
+
+def worker_speeds(compute: Dict[str, Dict[str, float]]) -> List[float]:
+  """Each worker's speed: the geometric mean over the calibration graphs."""
+  by_graph = np.array([v["speed_by_worker"] for v in compute.values()])
+  return np.exp(np.mean(np.log(by_graph), axis=0)).tolist()
 
 
 # ---- the topology ------------------------------------------------------------
@@ -310,12 +325,14 @@ def stale_reason(num_workers: int) -> Optional[str]:
 
 
 def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
-                        speed: float = 1.0,
+                        speed: Union[float, Sequence[float]] = 1.0,
                         tables: Optional[Dict[tuple, Sequence[TransferPoint]]]
                         = None,
                         runtime: Optional[runtime_costs.RuntimeCosts] = None
                         ) -> topology_lib.Topology:
   """cpu-workers:K with measured links ((src, dst) -> fit) and speed.
+
+  `speed` is every worker's, or one per worker.
 
   Pairs not measured get the mean latency and the harmonic-mean bandwidth
   (i.e. mean time per byte) of the measured ones. With `tables` (the
@@ -340,8 +357,10 @@ def calibrated_topology(num_workers: int, links: Dict[tuple, LinkFit],
     table_bytes, table_us = _link_tables(num_workers, tables)
     # The table starts at its first point: no link's latency may exceed it.
     latency = np.minimum(latency, table_us[..., 0])
+  speeds = np.broadcast_to(np.asarray(speed, np.float64), (num_workers,))
   devices = [topology_lib.Device(dev.name, dev.kind, dev.memory_bytes,
-                                 float(speed)) for dev in base.devices]
+                                 float(v))
+             for dev, v in zip(base.devices, speeds)]
   return topology_lib.custom(f"{topology_lib.CPU_WORKERS}:{num_workers}",
                              devices, bandwidth, latency,
                              hardware={"CPU": "local_cpu_core"},
@@ -420,6 +439,14 @@ def median_points(rounds: Sequence[Sequence[TransferPoint]]
   return result
 
 
+# The runtime's own costs, measured in every round (median over rounds).
+_RUNTIME_MEASUREMENTS = {
+    "step_overhead": calibrate_runtime.measure_step_overhead,
+    "transfer_cpu": calibrate_runtime.measure_transfer_cpu,
+    "transfer_burst": calibrate_runtime.measure_transfer_burst,
+}
+
+
 def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
               rounds: int = 3, compute: bool = False,
               out_path: Optional[str] = None, log=print) -> dict:
@@ -438,27 +465,28 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
   directions = ((0, 1), (1, 0))
   rounds_by_direction = {direction: [] for direction in directions}
   speed = 1.0
+  runtime_rounds = {name: [] for name in _RUNTIME_MEASUREMENTS}
   for round_index in range(rounds):
     # A fresh cluster per round: the instance itself is a source of variance.
     with workers.CpuWorkerCluster(num_workers) as cluster:
       for src, dst in directions:
         rounds_by_direction[(src, dst)].append(
             measure_transfers(cluster, sizes, src=src, dst=dst))
+      for name, measure in _RUNTIME_MEASUREMENTS.items():
+        runtime_rounds[name].append(measure(cluster))
       if round_index < rounds - 1:
         continue
-      report["step_overhead"] = calibrate_runtime.measure_step_overhead(
-          cluster)
-      report["transfer_cpu"] = calibrate_runtime.measure_transfer_cpu(cluster)
-      report["transfer_burst"] = calibrate_runtime.measure_transfer_burst(
-          cluster)
       if compute:
         report["compute"] = measure_speed(
             cluster,
-            step_overhead_us=report["step_overhead"]["one_worker_us"])
-        speed = float(math.exp(np.mean(
-            [math.log(v["speed"]) for v in report["compute"].values()])))
-        log(f"device speed (roofline / measured, geometric mean): "
-            f"{speed:.3f}")
+            step_overhead_us=calibrate_runtime.median_of_rounds(
+                runtime_rounds["step_overhead"])["one_worker_us"])
+        speed = worker_speeds(report["compute"])
+        log("device speed (roofline / measured, geometric mean), per "
+            f"worker: {', '.join(f'{v:.3f}' for v in speed)}")
+  report["runtime_rounds"] = runtime_rounds
+  for name, measured in runtime_rounds.items():
+    report[name] = calibrate_runtime.median_of_rounds(measured)
   for (src, dst), measured in rounds_by_direction.items():
     points = median_points(measured)
     fit = fit_link([p.nbytes for p in points],

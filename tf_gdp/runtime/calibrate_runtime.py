@@ -28,7 +28,7 @@ dummy tensor per cross-device control edge), not measured numbers.
 
 import statistics
 import time
-from typing import Dict
+from typing import Dict, Sequence
 
 from tf_gdp.cost import runtime_costs
 
@@ -210,6 +210,20 @@ def measure_transfer_burst(cluster, *, count: int = 128, repeats: int = 15,
                         repeats)
   return {"per_transfer_us": max(0.0, (times["transfers"] - times["local"])
                                  / count), "steps_us": times}
+
+
+def median_of_rounds(rounds: Sequence[Dict]) -> Dict[str, float]:
+  """Each number of one measurement's result, as the median over rounds.
+
+  Every round runs in a fresh cluster, and one instance's figures drift by
+  a quarter between instances (the per-byte cost most: a dozen 1 MB tensors
+  against a 20 ms chain), so one round is not enough to price a split that
+  moves tens of megabytes.
+  """
+  keys = [key for key, value in rounds[0].items()
+          if isinstance(value, (int, float))]
+  return {key: float(statistics.median(r[key] for r in rounds))
+          for key in keys}
 
 
 def measured_runtime_costs(step_overhead: Dict[str, float],
