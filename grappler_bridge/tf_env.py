@@ -46,3 +46,13 @@ def prepare_tensorflow_environment():
         f"with tf.keras bound to {bound_to or 'another Keras'} (Keras 3). Set "
         "TF_USE_LEGACY_KERAS=1 before importing TensorFlow, or import tf_gdp "
         "first.")
+
+
+def import_tensorflow():
+  """The `tensorflow` module, imported after `prepare_tensorflow_environment`.
+
+  For modules that import TensorFlow only when they first run a graph.
+  """
+  prepare_tensorflow_environment()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf

@@ -7,6 +7,7 @@ from tf_gdp import errors
 from tf_gdp.cost import topology
 from tf_gdp.runtime import calibrate
 from tf_gdp.runtime import calibrate_runtime
+from tf_gdp.runtime import calibrate_speed
 from tf_gdp.runtime import workers
 
 _SIZES = np.array(calibrate.DEFAULT_SIZES, np.float64)
@@ -209,7 +210,7 @@ def test_each_worker_gets_its_own_measured_speed(tmp_path, monkeypatch):
   monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
   compute = {"mlp": {"speed_by_worker": [1.0, 0.9]},
              "conv": {"speed_by_worker": [1.21, 1.0]}}
-  speeds = calibrate.worker_speeds(compute)
+  speeds = calibrate_speed.worker_speeds(compute)
   assert speeds == pytest.approx([1.1, 0.9 ** 0.5])
   links = {(0, 1): calibrate.LinkFit(120.0, 1.6, 9)}
   topology.save(calibrate.calibrated_topology(2, links, speed=speeds),

@@ -9,12 +9,10 @@ them. `agreement_check` times placements of them against the simulator and
 
 import numpy as np
 
+from grappler_bridge import tf_env
 
-def _tf():
-  from grappler_bridge import tf_env  # pylint: disable=g-import-not-at-top
-  tf_env.prepare_tensorflow_environment()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf
+
+_tf = tf_env.import_tensorflow
 
 
 def matmul_chains(size: int = 512, length: int = 6):

@@ -25,7 +25,7 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Transfer measurement rounds, "
                                "each in a fresh cluster (median per size).",
                                lower_bound=1)
 _COMPUTE = flags.DEFINE_boolean("compute", False,
-                                "Also calibrate the device speed factor.")
+                                "Also calibrate each worker's speed factor.")
 _OUT = flags.DEFINE_string("out", None, "Topology file to write (default: "
                            "where cpu-workers:K looks, under $TF_GDP_HOME).")
 _JSON_OUT = flags.DEFINE_string("json_out", None,

@@ -18,9 +18,10 @@ saves a topology file (`topology.calibrated_path(K)`), which
   in both orientations (docs/BENCHMARKS.md).
 * compute (optional, `--compute`): the roofline (`local_cpu_core`) prices
   two calibration graphs (an MLP and a conv stack, training steps) unlike
-  the ones benchmarks use; each is timed on one worker, and the geometric
-  mean of roofline / (measured - trivial step time) becomes every device's
-  `speed`.
+  the ones benchmarks use; each is timed on every worker in turn, and per
+  worker the geometric mean of roofline / (measured - trivial step time)
+  becomes that device's `speed` (worker 0, which also hosts the session's
+  master, measured 1-10% faster than worker 1 here).
 * the runtime's own costs (`calibrate_runtime`): a step's fixed cost and
   what a transfer takes from a busy worker's core, measured in every round
   and saved, each figure the median over rounds, as the topology's
@@ -38,10 +39,13 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 from scipy import optimize
 
+from grappler_bridge import tf_env
+
 from tf_gdp import errors
 from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.runtime import calibrate_runtime
+from tf_gdp.runtime import calibrate_speed
 
 # What a saved calibration must hold to be used as it is: a file without one
 # of these runtime fields was measured by an older version.
@@ -109,11 +113,7 @@ def fit_link(nbytes: Sequence[float], times_us: Sequence[float]) -> LinkFit:
 # ---- transfers ---------------------------------------------------------------
 
 
-def _tf():
-  from grappler_bridge import tf_env  # pylint: disable=g-import-not-at-top
-  tf_env.prepare_tensorflow_environment()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf
+_tf = tf_env.import_tensorflow
 
 
 def measure_transfers(cluster, sizes: Sequence[int] = DEFAULT_SIZES, *,
@@ -198,104 +198,6 @@ def _ping_pong_graph(tf, src_device: str, dst_device: str, n: int):
       dst_part = tf.identity(tf.constant(0.0)).op
   return graph, {"remote": [ends["remote"]],
                  "local": [ends["local"], dst_part]}
-
-
-# ---- compute -----------------------------------------------------------------
-
-
-def calibration_graphs():
-  """Training steps unlike the benchmark graphs' (name -> ExtractedGraph).
-
-  Each takes tens of milliseconds on one core, so that the fixed cost of a
-  step (RPCs, executor start) is a small correction, and uses layer sizes
-  typical of real models (oneDNN is less efficient on tiny channel counts,
-  which is not what a speed factor should capture).
-  """
-  tf = _tf()
-  from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
-  rng = tf.random.Generator.from_seed(7)
-  graphs = {}
-
-  weights = [tf.Variable(rng.uniform([768, 768], -0.05, 0.05),
-                         name=f"mm{i}") for i in range(5)]
-  inputs = tf.Variable(rng.uniform([192, 768], -1.0, 1.0), name="mm_x")
-
-  def matmul_step():
-    with tf.GradientTape() as tape:
-      h = inputs
-      for w in weights:
-        h = tf.tanh(tf.matmul(h, w))
-      loss = tf.reduce_mean(tf.square(h))
-    grads = tape.gradient(loss, weights)
-    for w, g in zip(weights, grads):
-      w.assign_sub(0.01 * g)
-    return loss
-
-  graphs["matmul_tanh_mlp"] = extract.from_function(matmul_step)
-
-  kernels = [tf.Variable(rng.uniform([3, 3, 48, 48], -0.05, 0.05),
-                         name=f"conv{i}") for i in range(3)]
-  images = tf.Variable(rng.uniform([8, 24, 24, 48], -1.0, 1.0),
-                       name="conv_x")
-
-  def conv_step():
-    with tf.GradientTape() as tape:
-      h = images
-      for k in kernels:
-        h = tf.nn.relu(tf.nn.conv2d(h, k, 1, "SAME"))
-      loss = tf.reduce_mean(tf.square(h))
-    grads = tape.gradient(loss, kernels)
-    for k, g in zip(kernels, grads):
-      k.assign_sub(0.01 * g)
-    return loss
-
-  graphs["conv_relu_stack"] = extract.from_function(conv_step)
-  return graphs
-
-
-def measure_speed(cluster, *, step_overhead_us: float = 0.0,
-                  repeats: int = 7) -> Dict[str, Dict[str, float]]:
-  """Roofline / measured time of each calibration graph on every worker.
-
-  The simulator adds a step's fixed cost itself (the topology's runtime),
-  so `step_overhead_us` (a trivial step's time,
-  `calibrate_runtime.measure_step_overhead`) is taken off the measured time
-  before the ratio. The workers are measured in turn per graph: they are
-  not alike (worker 0 also hosts the session's master, and the other cores
-  carry other work), by 1-10% on this machine. Per graph: `roofline_us`,
-  `measured_us` and `speed` on worker 0, and `measured_us_by_worker` and
-  `speed_by_worker` for every worker.
-  """
-  from tf_gdp.runtime import measure as measure_lib  # pylint: disable=g-import-not-at-top
-  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
-  label = f"{topology_lib.CPU_WORKERS}:{cluster.num_workers}"
-  result = {}
-  for name, extracted in calibration_graphs().items():
-    graph = graph_specs.op_graph_from_extracted(extracted, name=name,
-                                                devices=label)
-    roofline_us = float(np.sum(graph.costs["CPU"]))
-    measured_us = []
-    for device in cluster.device_names:
-      placement = {node: device for node in graph.node_names}
-      measured = measure_lib.measure(extracted, placement, cluster,
-                                     warmup=3, repeats=repeats)
-      if not measured.valid:
-        raise RuntimeError(f"calibration graph {name} failed on {device}: "
-                           f"{measured.reason}")
-      measured_us.append(measured.step_time_us)
-    speeds = [roofline_us / max(us - step_overhead_us, 1.0)
-              for us in measured_us]
-    result[name] = {"roofline_us": roofline_us,
-                    "measured_us": measured_us[0], "speed": speeds[0],
-                    "measured_us_by_worker": measured_us,
-                    "speed_by_worker": speeds}
-  return result
-
-
-def worker_speeds(compute: Dict[str, Dict[str, float]]) -> List[float]:
-  """Each worker's speed: the geometric mean over the calibration graphs."""
-  by_graph = np.array([v["speed_by_worker"] for v in compute.values()])
-  return np.exp(np.mean(np.log(by_graph), axis=0)).tolist()
 
 
 # ---- the topology ------------------------------------------------------------
@@ -477,11 +379,11 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
       if round_index < rounds - 1:
         continue
       if compute:
-        report["compute"] = measure_speed(
+        report["compute"] = calibrate_speed.measure_speed(
             cluster,
             step_overhead_us=calibrate_runtime.median_of_rounds(
                 runtime_rounds["step_overhead"])["one_worker_us"])
-        speed = worker_speeds(report["compute"])
+        speed = calibrate_speed.worker_speeds(report["compute"])
         log("device speed (roofline / measured, geometric mean), per "
             f"worker: {', '.join(f'{v:.3f}' for v in speed)}")
   report["runtime_rounds"] = runtime_rounds

@@ -30,6 +30,8 @@ import statistics
 import time
 from typing import Dict, Sequence
 
+from grappler_bridge import tf_env
+
 from tf_gdp.cost import runtime_costs
 
 # The chain that keeps one worker busy: [n, n] matmuls (~20 ms on a core).
@@ -40,11 +42,7 @@ _TENSOR_FLOATS = 1024  # 4 KB: small, like most of a training step's tensors
 _LARGE_FLOATS, _LARGE_COUNT = 256 * 1024, 12
 
 
-def _tf():
-  from grappler_bridge import tf_env  # pylint: disable=g-import-not-at-top
-  tf_env.prepare_tensorflow_environment()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf
+_tf = tf_env.import_tensorflow
 
 
 def _session_parts(cluster, timeout_s: float):
