@@ -70,6 +70,49 @@ def _summary(predicted, measured) -> dict:
           "bias": float(np.median(predicted / measured))}
 
 
+def other_aggregate(aggregate: str) -> str:
+  """The sweeps' aggregate the JSON also summarizes (median <-> min)."""
+  return "min" if aggregate == "median" else "median"
+
+
+def graph_summaries(rows, variants, aggregate: str):
+  """(summary, summary of the other aggregate) of one graph's rows.
+
+  Per variant (a key of `variants`, the rows' `<variant>_us`), over all
+  rows and over the product's own (`<variant>:methods`).
+  """
+  other = other_aggregate(aggregate)
+  summary = {}
+  methods_rows = [r for r in rows if r["placement"].startswith("method:")]
+  for variant in variants:
+    summary[variant] = _summary([r[f"{variant}_us"] for r in rows],
+                                [r["measured_us"] for r in rows])
+    if methods_rows:
+      summary[variant + ":methods"] = _summary(
+          [r[f"{variant}_us"] for r in methods_rows],
+          [r["measured_us"] for r in methods_rows])
+  summary_other = {
+      variant: _summary([r[f"{variant}_us"] for r in rows],
+                        [r[f"measured_{other}_us"] for r in rows])
+      for variant in variants}
+  return summary, summary_other
+
+
+def pooled_summaries(graphs, aggregate: str):
+  """(overall, overall of the other aggregate): every graph's rows pooled."""
+  overall, overall_other = {}, {}
+  other = other_aggregate(aggregate)
+  for key in graphs[0]["summary"]:
+    variant, _, subset = key.partition(":")
+    rows = [r for g in graphs for r in g["rows"]
+            if not subset or r["placement"].startswith("method:")]
+    predicted = [r[f"{variant}_us"] for r in rows]
+    overall[key] = _summary(predicted, [r["measured_us"] for r in rows])
+    overall_other[key] = _summary(
+        predicted, [r[f"measured_{other}_us"] for r in rows])
+  return overall, overall_other
+
+
 def measure_sweeps(rows, candidates, rounds: int, measure_one) -> None:
   """Fills each row's `round_medians_us` (and `reasons`) from `rounds` sweeps.
 
@@ -152,20 +195,8 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
         f"{_ms(row['roofline_us']):>8} ms"
         + (f"  profiled {_ms(row['profiled_us']):>8} ms" if profiled else "")
         + (f"  ({row['reasons'][0]})" if row["reasons"] else ""))
-  summary = {}
-  methods_rows = [r for r in rows if r["placement"].startswith("method:")]
-  for variant in variants:
-    summary[variant] = _summary([r[f"{variant}_us"] for r in rows],
-                                [r["measured_us"] for r in rows])
-    if methods_rows:
-      summary[variant + ":methods"] = _summary(
-          [r[f"{variant}_us"] for r in methods_rows],
-          [r["measured_us"] for r in methods_rows])
-  other = "min" if aggregate == "median" else "median"
-  summary_other = {
-      variant: _summary([r[f"{variant}_us"] for r in rows],
-                        [r[f"measured_{other}_us"] for r in rows])
-      for variant in variants}
+  summary, summary_other = graph_summaries(rows, variants, aggregate)
+  other = other_aggregate(aggregate)
   out = {"graph": name, "nodes": roofline_graph.num_nodes,
          "edges": roofline_graph.num_edges, "rows": rows, "summary": summary,
          f"summary_{other}_of_rounds": summary_other,
@@ -223,16 +254,8 @@ def run(graph_names, *, repeats: int, warmup: int, rounds: int,
           profiled=profiled, compare_rewrites=compare_rewrites, seed=seed,
           methods=methods,
           gdp_budget_seconds=gdp_budget_seconds))
-  overall, overall_other = {}, {}
-  other = "min" if aggregate == "median" else "median"
-  for key in graphs[0]["summary"]:
-    variant, _, subset = key.partition(":")
-    rows = [r for g in graphs for r in g["rows"]
-            if not subset or r["placement"].startswith("method:")]
-    predicted = [r[f"{variant}_us"] for r in rows]
-    overall[key] = _summary(predicted, [r["measured_us"] for r in rows])
-    overall_other[key] = _summary(
-        predicted, [r[f"measured_{other}_us"] for r in rows])
+  overall, overall_other = pooled_summaries(graphs, aggregate)
+  other = other_aggregate(aggregate)
   return {
       "benchmark": "agreement_check",
       "command": " ".join(["python -m tf_gdp.bench.agreement_check"] +
