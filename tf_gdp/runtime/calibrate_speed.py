@@ -36,37 +36,35 @@ def calibration_graphs():
                          name=f"mm{i}") for i in range(5)]
   inputs = tf.Variable(rng.uniform([192, 768], -1.0, 1.0), name="mm_x")
 
-  def matmul_step():
-    with tf.GradientTape() as tape:
-      h = inputs
-      for w in weights:
-        h = tf.tanh(tf.matmul(h, w))
-      loss = tf.reduce_mean(tf.square(h))
-    grads = tape.gradient(loss, weights)
-    for w, g in zip(weights, grads):
-      w.assign_sub(0.01 * g)
-    return loss
-
-  graphs["matmul_tanh_mlp"] = extract.from_function(matmul_step)
+  graphs["matmul_tanh_mlp"] = extract.from_function(_sgd_step(
+      tf, inputs, weights, lambda h, w: tf.tanh(tf.matmul(h, w))))
 
   kernels = [tf.Variable(rng.uniform([3, 3, 48, 48], -0.05, 0.05),
                          name=f"conv{i}") for i in range(3)]
   images = tf.Variable(rng.uniform([8, 24, 24, 48], -1.0, 1.0),
                        name="conv_x")
 
-  def conv_step():
+  graphs["conv_relu_stack"] = extract.from_function(_sgd_step(
+      tf, images, kernels, lambda h, k: tf.nn.relu(tf.nn.conv2d(h, k, 1,
+                                                                "SAME"))))
+  return graphs
+
+
+def _sgd_step(tf, inputs, variables, layer):
+  """A training step: `layer(h, v)` per variable, squared loss, SGD."""
+
+  def step():
     with tf.GradientTape() as tape:
-      h = images
-      for k in kernels:
-        h = tf.nn.relu(tf.nn.conv2d(h, k, 1, "SAME"))
+      h = inputs
+      for variable in variables:
+        h = layer(h, variable)
       loss = tf.reduce_mean(tf.square(h))
-    grads = tape.gradient(loss, kernels)
-    for k, g in zip(kernels, grads):
-      k.assign_sub(0.01 * g)
+    grads = tape.gradient(loss, variables)
+    for variable, grad in zip(variables, grads):
+      variable.assign_sub(0.01 * grad)
     return loss
 
-  graphs["conv_relu_stack"] = extract.from_function(conv_step)
-  return graphs
+  return step
 
 
 def measure_speed(cluster, *, step_overhead_us: float = 0.0,
