@@ -87,8 +87,12 @@ def main(argv):
   del argv
   try:
     with open(_JSON.value, encoding="utf-8") as f:
-      result = json.load(f)
-    if result.get("benchmark") != "agreement_check":
+      try:
+        result = json.load(f)
+      except ValueError as e:
+        raise errors.InputError(f"{_JSON.value}: not JSON ({e})") from e
+    if (not isinstance(result, dict)
+        or result.get("benchmark") != "agreement_check"):
       raise errors.InputError(f"{_JSON.value}: not an agreement_check result")
     topo = topology_lib.get(_TOPOLOGY.value)
     repriced = reprice(result, topo)
