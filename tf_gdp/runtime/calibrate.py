@@ -20,8 +20,8 @@ saves a topology file (`topology.calibrated_path(K)`), which
   two calibration graphs (an MLP and a conv stack, training steps) unlike
   the ones benchmarks use; each is timed on every worker in turn, and per
   worker the geometric mean of roofline / (measured - trivial step time)
-  becomes that device's `speed` (worker 0, which also hosts the session's
-  master, measured 1-10% faster than worker 1 here).
+  becomes that device's `speed` (the workers measured up to 10% apart on
+  this machine; worker 0 also hosts the session's master).
 * the runtime's own costs (`calibrate_runtime`): a step's fixed cost and
   what a transfer takes from a busy worker's core, measured in every round
   and saved, each figure the median over rounds, as the topology's

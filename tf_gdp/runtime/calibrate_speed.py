@@ -75,8 +75,9 @@ def measure_speed(cluster, *, step_overhead_us: float = 0.0,
   so `step_overhead_us` (a trivial step's time,
   `calibrate_runtime.measure_step_overhead`) is taken off the measured time
   before the ratio. The workers are measured in turn per graph: they are
-  not alike (worker 0 also hosts the session's master, and the other cores
-  carry other work), by 1-10% on this machine. Per graph: `roofline_us`,
+  not alike (worker 0 also hosts the session's master, and the client's
+  process lands on either core), up to 10% apart on this machine, though
+  not always the same way round. Per graph: `roofline_us`,
   `measured_us` and `speed` on worker 0, and `measured_us_by_worker` and
   `speed_by_worker` for every worker.
   """
