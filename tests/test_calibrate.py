@@ -1,5 +1,7 @@
 """Calibration's fit and topology, on synthetic data (no cluster needed)."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -216,3 +218,27 @@ def test_each_worker_gets_its_own_measured_speed(tmp_path, monkeypatch):
   topology.save(calibrate.calibrated_topology(2, links, speed=speeds),
                 topology.calibrated_path(2))
   assert list(topology.get("cpu-workers:2").speeds) == pytest.approx(speeds)
+
+
+def test_calibration_says_how_far_its_rounds_were_apart(tmp_path, monkeypatch):
+  monkeypatch.setenv("TF_GDP_HOME", str(tmp_path))
+  lines = []
+  monkeypatch.setattr(workers, "CpuWorkerCluster",
+                      lambda count: contextlib.nullcontext())
+  monkeypatch.setattr(
+      calibrate, "measure_transfers", lambda cluster, sizes, src, dst: [
+          calibrate.TransferPoint(n, 0.0, 0.0, 300.0 + n / 1e3)
+          for n in sizes])
+  per_mb = iter([700.0, 1200.0])
+  monkeypatch.setitem(calibrate._RUNTIME_MEASUREMENTS, "step_overhead",
+                      lambda cluster: {"one_worker_us": 600.0,
+                                       "all_workers_us": 900.0})
+  monkeypatch.setitem(
+      calibrate._RUNTIME_MEASUREMENTS, "transfer_cpu", lambda cluster: dict(
+          sender_us=60.0, receiver_us=70.0, sender_us_per_mb=next(per_mb),
+          receiver_us_per_mb=800.0))
+  monkeypatch.setitem(calibrate._RUNTIME_MEASUREMENTS, "transfer_burst",
+                      lambda cluster: {"per_transfer_us": 80.0})
+  calibrate.calibrate(2, rounds=2, log=lines.append)
+  assert ("per MB sent / received, by round (the median is saved): "
+          "700 / 800 us, 1200 / 800 us") in lines

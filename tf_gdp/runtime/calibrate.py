@@ -416,6 +416,10 @@ def calibrate(num_workers: int, *, sizes: Sequence[int] = DEFAULT_SIZES,
       f"sender {runtime.transfer_cpu_us[0]:.0f} us, a busy receiver "
       f"{runtime.transfer_cpu_us[1]:.0f} us; {runtime.pipelined_latency_us:.0f}"
       " us of a transfer's latency pipelines")
+  per_mb = [(r.get("sender_us_per_mb", 0.0), r.get("receiver_us_per_mb", 0.0))
+            for r in runtime_rounds["transfer_cpu"]]
+  log("per MB sent / received, by round (the median is saved): " + ", ".join(
+      f"{sent:.0f} / {received:.0f} us" for sent, received in per_mb))
   topo = calibrated_topology(num_workers, fits, speed, tables, runtime)
   topology_lib.save(topo, out_path)
   report["topology_path"] = out_path
