@@ -145,6 +145,25 @@ def test_mixer_mixes_tokens_across_patches():
   assert _count(graph, "Conv2D") == 1  # the patch embedding only
 
 
+def test_translation_decoder_attends_to_the_source():
+  model = _variant("tiny_translation", families.TRANSLATION,
+                   encoder_layers=1, decoder_layers=2, hidden=8, heads=2,
+                   source_seq=6, target_seq=4, batch=2, vocab=50)
+  graph = store.build_graph(model, DEVICES)
+  names = graph.node_names
+  # Every decoder block projects the 6 source positions to its keys; the
+  # encoder block has no cross-attention.
+  for block in ("decoder0", "decoder1"):
+    keys = [graph.output_shapes[i][0] for i in range(graph.num_nodes)
+            if names[i].startswith(f"{block}/cross_attention/key/")
+            and graph.op_types[i] == "Einsum"]
+    assert keys == [(2, 6, 2, 4)]
+  assert not any(n.startswith("encoder0/cross_attention") for n in names)
+  # One embedding for source, target and output, with Adam's two slots.
+  held = [int(b) for b in graph.memory_bytes]
+  assert held.count(50 * 8 * 4) == 3
+
+
 def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
   vocabularies, dim, batch = (1000, 300, 70), 8, 4
   dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,

@@ -12,6 +12,7 @@ import pytest
 
 # tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it.
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
+from tf_gdp.rl import actor_network
 from tf_gdp import baselines
 from tf_gdp import graph_specs
 from tf_gdp.cost import simulator
@@ -23,6 +24,7 @@ from tf_gdp.rl import search_targets
 from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp.rl import train_config
 from tf_gdp.rl import workflows
+from tf_gdp.rl import zero_shot
 
 TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
                "placer_layers": 1, "num_heads": 2, "ffn_size": 32,
@@ -165,6 +167,38 @@ def _fresh(tasks):
           policy_io.build_policy(dict(TINY_POLICY, seed=3)))
 
 
+def test_cutting_a_batch_to_its_sizes_keeps_the_logits():
+  # Two graphs on two topologies: the environment pads to the larger graph
+  # and topology; the smaller task alone is cut to its own sizes.
+  both = (tasks_lib.placement_tasks(graph_specs.parse("layered:30"), [DEVICES])
+          + tasks_lib.placement_tasks(graph_specs.parse("cells:40"),
+                                      ["p100x4"]))
+  env = environment.PlacementEnv(both)
+  try:
+    policy = policy_io.build_policy(TINY_POLICY)
+    for batch in ([0], [1], [0, 1]):
+      stacked = {k: np.stack([env.observation(i)[k] for i in batch])
+                 for k in env.observation(0)}
+      cut = features.trim_batch(stacked)
+      full = actor_network.shared_logits(policy, stacked).numpy()
+      small = actor_network.shared_logits(policy, cut).numpy()
+      assert small.shape[1:] == cut["allowed"].shape[1:]
+      for row, i in enumerate(batch):
+        groups, devices = (env.inputs(i).num_groups,
+                           both[i].topology.num_devices)
+        np.testing.assert_allclose(small[row, :groups, :devices],
+                                   full[row, :groups, :devices],
+                                   rtol=1e-4, atol=1e-4)
+    assert features.trim_batch(stacked)["node_mask"].shape == (2, 40)
+    alone = features.trim_batch({k: v[:1] for k, v in stacked.items()})
+    devices = both[0].topology.num_devices
+    assert devices < env.padding["max_devices"]
+    assert alone["allowed"].shape == (1, env.inputs(0).num_groups, devices)
+    assert alone["node_mask"].shape == (1, 30)
+  finally:
+    env.close()
+
+
 def test_imitation_learns_the_targets(tasks, cached):
   _, found = cached
   env, policy = _fresh(tasks)
@@ -253,6 +287,19 @@ def test_pretrain_imitates_first_and_resumes_without_imitating(
   second = _pretrain(tasks, root, 2, 5, [])
   assert second.iterations == 2
   assert second.imitation["loss"] == pytest.approx(first.imitation["loss"])
+
+
+def test_zero_ppo_iterations_ship_the_imitated_policy(tasks, tmp_path):
+  root = str(tmp_path / "run")
+  result = _pretrain(tasks, root, 0, 5, [])
+  assert result.iterations == 0 and result.imitation["epochs"] == 5
+  # The exported policy is the imitated one: its greedy placements are the
+  # ones the imitation phase judged.
+  policy = policy_io.load_policy(os.path.join(root, "policy"))
+  for task in tasks:
+    shot = zero_shot.zeroshot(policy, task, samples=1)
+    assert shot.greedy_step_time_us == pytest.approx(
+        result.imitation["greedy"][task.name]["step_time_us"])
 
 
 def test_a_run_with_a_ppo_checkpoint_does_not_imitate(tasks, tmp_path,

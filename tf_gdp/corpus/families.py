@@ -22,9 +22,10 @@ TRAIN = "train"
 EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
-KERAS, ENCODER, DECODER, VIT, RECURRENT, UNET, MIXER, DLRM, ZOO, GENERATED = (
-    "keras_application", "encoder", "decoder", "vit", "recurrent", "unet",
-    "mlp_mixer", "dlrm", "zoo", "generated")
+(KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM, ZOO,
+ GENERATED) = (
+     "keras_application", "encoder", "decoder", "vit", "translation",
+     "recurrent", "unet", "mlp_mixer", "dlrm", "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +72,16 @@ def _language_models(family, kind, sizes):
       args["vocab"] = size[5]
     out.append((f"{family}_l{layers}_h{hidden}_s{seq}_b{batch}", args))
   return _variants(family, kind, out)
+
+
+def _translations(sizes):
+  """(encoder layers, decoder layers, hidden, heads, source = target
+  length, batch) per variant."""
+  return _variants("translation", TRANSLATION, [
+      (f"translation_e{enc}_d{dec}_h{hidden}_s{seq}_b{batch}",
+       dict(encoder_layers=enc, decoder_layers=dec, hidden=hidden,
+            heads=heads, source_seq=seq, target_seq=seq, batch=batch))
+      for enc, dec, hidden, heads, seq, batch in sizes])
 
 
 def _unets(sizes):
@@ -222,6 +233,14 @@ _FAMILIES = (
                    (26, 1_000_000, 64, (512, 256), (512, 256), 4096),
                    (26, 1_500_000, 128, (512, 256), (1024, 1024, 512, 256),
                     2048)])),
+    Family("resnet_rs", EVAL, "tf_keras.applications ResNet-RS "
+           "(squeeze-and-excitation, ResNet-D stem)",
+           _keras("resnet_rs", "ResNetRS50", [(160, 32)])
+           + _keras("resnet_rs", "ResNetRS101", [(192, 128)])),
+    Family("translation", EVAL, "Transformer encoder-decoder translation "
+           "model, cross-attention, Adam (corpus.transformers)",
+           _translations([(3, 3, 512, 8, 64, 64), (6, 6, 512, 8, 128, 64),
+                          (6, 6, 1024, 16, 256, 32)])),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -127,6 +127,7 @@ def _extract(variant: families.Variant):
       families.DECODER: lambda: transformers.language_model(causal=True,
                                                             **args),
       families.VIT: lambda: transformers.vision_transformer(**args),
+      families.TRANSLATION: lambda: transformers.translation_model(**args),
       families.RECURRENT: lambda: recurrent.language_model(**args),
       families.UNET: lambda: vision_models.unet(**args),
       families.MIXER: lambda: vision_models.mlp_mixer(**args),

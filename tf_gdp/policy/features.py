@@ -382,3 +382,30 @@ def observation_spec(max_nodes: int, max_edges: int, max_groups: int,
 def _stacked(columns: dict, names) -> np.ndarray:
   """float64[rows, len(names)]: the named columns side by side."""
   return np.stack([columns[name] for name in names], axis=1)
+
+
+def trim_batch(batch: dict) -> dict:
+  """Stacked observations [B, ...] cut to the largest real sizes among them.
+
+  An environment pads every task to its largest graph, so a batch of small
+  graphs would pay for the largest one's nodes. Cutting the padding keeps
+  every real entry where it was, and the padding's pointers (edges to the
+  last node slot, padding nodes to the last group slot) are moved to the
+  new last slots. Entries not in the observation layout pass unchanged.
+  """
+  node_mask, edge_mask = batch["node_mask"], batch["edge_mask"]
+  sizes = {"N": int(np.max(batch["num_nodes"])),
+           "E": max(int(edge_mask.sum(-1).max()), 1),
+           "G": int(np.max(batch["num_groups"])),
+           "D": int(np.max(batch["num_devices"]))}
+  out = dict(batch)
+  for name, axes, _ in _OBSERVATION_LAYOUT:
+    cuts = tuple(slice(None, sizes[a]) if a in sizes else slice(None)
+                 for a in axes)
+    out[name] = np.asarray(batch[name])[(slice(None),) + cuts]
+  real_edges = edge_mask[:, :sizes["E"]]
+  for name in ("edge_src", "edge_dst"):
+    out[name] = np.where(real_edges, out[name], sizes["N"] - 1)
+  out["group_ids"] = np.where(node_mask[:, :sizes["N"]], out["group_ids"],
+                              sizes["G"] - 1)
+  return out

@@ -132,8 +132,9 @@ def define_training_flags(module_name: str) -> TrainingFlags:
           "budget_evaluations", None, "Stop after this many placement "
           "evaluations.", lower_bound=1, **own),
       budget_iterations=flags.DEFINE_integer(
-          "budget_iterations", None, "Stop after this many PPO iterations.",
-          lower_bound=1, **own),
+          "budget_iterations", None, "Stop after this many PPO iterations "
+          "(0: none, e.g. pre-training by imitation alone).",
+          lower_bound=0, **own),
       samples=flags.DEFINE_integer(
           "samples", 16, "Placements sampled per graph per iteration.",
           lower_bound=2, **own),

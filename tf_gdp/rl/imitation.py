@@ -145,8 +145,7 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
     order = np.random.default_rng((config.seed, epoch)).permutation(indices)
     total_loss = total_hits = 0.0
     for batch in _batches(order, config.graphs_per_step):
-      loss, hits = train_step(_stack(env, batch), labels[batch], masks[batch],
-                              symmetries[batch])
+      loss, hits = train_step(*_batch(env, batch, labels, masks, symmetries))
       total_loss += float(loss) * len(batch)
       total_hits += float(hits)
     row = {"epoch": epoch, "loss": total_loss / len(indices),
@@ -309,9 +308,19 @@ def _built_variables(policy, env, index: int) -> List[tf.Variable]:
 
 
 def _stack(env, batch) -> dict:
-  return {key: tf.convert_to_tensor(np.stack(
-      [env.observation(int(i))[key] for i in batch]))
-          for key in env.observation(int(batch[0]))}
+  """The batch's observations, cut to its own largest graph's sizes."""
+  stacked = features.trim_batch(
+      {key: np.stack([env.observation(int(i))[key] for i in batch])
+       for key in env.observation(int(batch[0]))})
+  return {key: tf.convert_to_tensor(value) for key, value in stacked.items()}
+
+
+def _batch(env, batch, labels, masks, symmetries):
+  """(observation, labels, weights, symmetries) of a batch, cut alike."""
+  observation = _stack(env, batch)
+  groups, devices = observation["allowed"].shape[1:]
+  return (observation, labels[batch][:, :groups], masks[batch][:, :groups],
+          symmetries[batch][..., :devices])
 
 
 def _batches(order, size: int):
@@ -335,9 +344,11 @@ def _final_pass(policy, env, indices, labels, masks, symmetries, size: int):
   total_loss = total_hits = 0.0
   greedy = {}
   for batch in _batches(indices, size):
-    logits = actor_network.shared_logits(policy, _stack(env, batch))
-    matched = _matched(logits, labels[batch], masks[batch], symmetries[batch])
-    loss, hits = _loss_and_hits(logits, matched, masks[batch])
+    observation, label, mask, symmetry = _batch(env, batch, labels, masks,
+                                                symmetries)
+    logits = actor_network.shared_logits(policy, observation)
+    matched = _matched(logits, label, mask, symmetry)
+    loss, hits = _loss_and_hits(logits, matched, mask)
     total_loss += float(loss) * len(batch)
     total_hits += float(hits)
     argmax = tf.argmax(logits, -1, output_type=tf.int32).numpy()

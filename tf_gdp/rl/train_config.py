@@ -63,10 +63,14 @@ class Budget:
         self.iterations is None):
       raise errors.InputError(
           "a training budget needs evaluations, seconds or iterations")
-    for name in ("evaluations", "seconds", "iterations"):
+    for name in ("evaluations", "seconds"):
       value = getattr(self, name)
       if value is not None and value <= 0:
         raise errors.InputError(f"budget {name} must be > 0, got {value}")
+    # 0 iterations is a run without PPO: pre-training by imitation alone.
+    if self.iterations is not None and self.iterations < 0:
+      raise errors.InputError(
+          f"budget iterations must be >= 0, got {self.iterations}")
 
   def exhausted(self, evaluations: int, seconds: float,
                 iterations: int) -> bool:
