@@ -21,6 +21,7 @@ from tf_gdp.rl import imitation
 from tf_gdp.rl import policy_io
 from tf_gdp.rl import run_dir
 from tf_gdp.rl import search_targets
+from tf_gdp.rl import shipped
 from tf_gdp.rl import tasks as tasks_lib
 from tf_gdp.rl import train_config
 from tf_gdp.rl import workflows
@@ -300,6 +301,15 @@ def test_zero_ppo_iterations_ship_the_imitated_policy(tasks, tmp_path):
     shot = zero_shot.zeroshot(policy, task, samples=1)
     assert shot.greedy_step_time_us == pytest.approx(
         result.imitation["greedy"][task.name]["step_time_us"])
+  # Shipped, its provenance says how it was imitated.
+  out = str(tmp_path / "shipped")
+  provenance = shipped.ship(root, out, command="pretrain ...", held_out=[])
+  assert provenance["iterations"] == 0
+  assert provenance["imitation"]["epochs"] == 5
+  assert provenance["imitation"]["accuracy"] == pytest.approx(
+      result.imitation["accuracy"])
+  assert set(provenance["imitation"]["targets"]) == {t.name for t in tasks}
+  policy_io.load_policy(os.path.join(out, "policy"))
 
 
 def test_a_run_with_a_ppo_checkpoint_does_not_imitate(tasks, tmp_path,

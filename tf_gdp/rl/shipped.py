@@ -8,7 +8,7 @@ seed, then this:
 
 which copies `<root_dir>/policy` to `<out>/policy` and writes beside it
 `PROVENANCE.json` (command, commit, date, graphs, held-out graphs, budget
-reached, final best/reference per graph) and `curves.json` (the training
+reached, final best/reference per graph, the imitation phase in brief) and `curves.json` (the training
 curves read back from the run's TensorBoard events), so the checkpoint can
 be traced to how it was made and reproduced.
 """
@@ -25,6 +25,7 @@ from absl import flags
 
 from tf_gdp import errors
 from tf_gdp import fileio
+from tf_gdp.rl import run_dir
 
 CURVE_TAGS = ("gdp/reward_mean", "gdp/best_over_reference", "gdp/entropy",
               "gdp/greedy_ratio", "gdp/loss", "gdp/evaluations")
@@ -47,6 +48,21 @@ def read_curves(train_dir: str) -> dict:
   for points in curves.values():
     points.sort()
   return curves
+
+
+def imitation_summary(root_dir: str):
+  """The run's imitation phase in brief (`rl.imitation`), or None if none."""
+  path = run_dir.imitation_path(root_dir)
+  if not os.path.isfile(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    stats = json.load(f)
+  keys = ("epochs", "learning_rate", "tasks", "loss", "accuracy",
+          "greedy_ratio", "search_evaluations", "seconds")
+  summary = {k: stats.get(k) for k in keys}
+  summary["targets"] = {task: target.get("method")
+                        for task, target in stats.get("targets", {}).items()}
+  return summary
 
 
 def git_commit(directory: str) -> str:
@@ -85,6 +101,7 @@ def ship(root_dir: str, out_dir: str, *, command: str, held_out: list) -> dict:
           tag.split("/", 1)[1]: points[-1][1]
           for tag, points in curves.items()
           if tag.startswith("best_step_time_ms/")},
+      "imitation": imitation_summary(root_dir),
   }
   os.makedirs(out_dir, exist_ok=True)
   target = os.path.join(out_dir, "policy")
