@@ -242,6 +242,32 @@ def test_imitation_is_deterministic_for_a_seed(tasks, cached):
     assert a["accuracy"] == b["accuracy"]
 
 
+def test_held_out_tasks_are_judged_and_the_best_epoch_is_kept(tasks, cached):
+  _, found = cached
+  env, policy = _fresh(tasks[:1])
+  held_out = environment.PlacementEnv(tasks[1:])
+  config = imitation.ImitationConfig(epochs=6, learning_rate=3e-2,
+                                     validate_every=2, keep_best=True)
+  stats = imitation.imitate(policy, env, found[:1], config=config,
+                            validation=(held_out, found[1:]))
+  assert stats["tasks"] == 1 and set(stats["greedy"]) == {tasks[0].name}
+  judged = {row["epoch"]: row["validation_ratio"] for row in stats["history"]
+            if "validation_ratio" in row}
+  assert sorted(judged) == [2, 4, 6]
+  judged[0] = stats["validation_start"]
+  assert all(ratio >= 1.0 - 1e-9 for ratio in judged.values())
+  best = min(judged, key=lambda epoch: (judged[epoch], epoch))
+  assert stats["best_epoch"] == best
+  # The policy ends with that epoch's weights: it places the held-out
+  # graph as it did then.
+  assert stats["validation"]["greedy_ratio"] == pytest.approx(judged[best])
+  assert set(stats["validation"]["tasks"]) == {tasks[1].name}
+  again = imitation.imitate(
+      policy, env, found[:1], validation=(held_out, found[1:]),
+      config=imitation.ImitationConfig(epochs=0))
+  assert again["validation"]["greedy_ratio"] == pytest.approx(judged[best])
+
+
 def test_tasks_without_a_target_are_left_out(tasks, cached):
   _, found = cached
   missing = search_targets.Target(
@@ -342,14 +368,20 @@ def test_pretrain_command_imitation_flags(tmp_path):
           "--budget_iterations=1", "--samples=4", "--placer=feedforward",
           "--imitation_epochs=2", f"--imitation_evaluations={EVALUATIONS}",
           "--imitation_learning_rate=0.003", "--learning_rate=0.0001",
+          "--imitation_validation_graphs=cells:40",
+          "--imitation_validate_every=1", "--imitation_keep_best",
           "--policy_config=" + json.dumps(TINY_POLICY)]
   done = subprocess.run(args, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
                         text=True, capture_output=True, timeout=300,
                         check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   assert "imitation epoch 2/2" in done.stderr
+  assert "validation greedy / target" in done.stderr
   assert done.stdout.startswith("imitation: 2 epochs over 1 tasks, loss ")
-  (target,) = os.listdir(run_dir.targets_dir(root))
-  assert target.endswith(f"-{EVALUATIONS}.json")
+  targets = os.listdir(run_dir.targets_dir(root))  # trained and held out
+  assert len(targets) == 2
+  assert all(t.endswith(f"-{EVALUATIONS}.json") for t in targets)
   with open(run_dir.imitation_path(root), encoding="utf-8") as f:
-    assert json.load(f)["learning_rate"] == 0.003
+    stats = json.load(f)
+  assert stats["learning_rate"] == 0.003 and stats["best_epoch"] in (0, 1, 2)
+  assert stats["tasks"] == 1 and len(stats["validation"]["tasks"]) == 1

@@ -19,6 +19,11 @@ task's best placement of the one-shot baselines and a local search of
 `--imitation_evaluations` evaluations (cached in `<root_dir>/targets/`) is
 fitted by E epochs of cross-entropy (`tf_gdp.rl.imitation`; its statistics
 in `<root_dir>/imitation.json`). A resumed run does not imitate again.
+With `--imitation_validation_graphs` (say, the graphs of families kept out
+of `--graphs`), the imitated policy's greedy placements of those are judged
+against their own targets every `--imitation_validate_every` epochs, and
+`--imitation_keep_best` ends imitation with the weights that placed them
+best.
 """
 
 import json
@@ -84,6 +89,17 @@ _IMITATION_TARGET_TOLERANCE = flags.DEFINE_float(
     "imitation_target_tolerance", 0.0, "Imitate the simplest candidate (the "
     "fewest bytes between devices) within this fraction of the fastest "
     "one; 0: the fastest.", lower_bound=0.0, upper_bound=0.99)
+_IMITATION_VALIDATION_GRAPHS = flags.DEFINE_string(
+    "imitation_validation_graphs", None, "Graphs (as --graphs, on "
+    "--devices) the imitation phase judges its policy on but never trains "
+    "on.")
+_IMITATION_VALIDATE_EVERY = flags.DEFINE_integer(
+    "imitation_validate_every", 0, "Judge the validation graphs every this "
+    "many imitation epochs (0: at the end only).", lower_bound=0)
+_IMITATION_KEEP_BEST = flags.DEFINE_bool(
+    "imitation_keep_best", False, "End imitation with the weights whose "
+    "greedy placements of the validation graphs were best (needs "
+    "--imitation_validation_graphs).")
 _SIGNATURE = graph_flags.define_signature(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
@@ -119,10 +135,22 @@ def main(argv):
       graphs_per_step=_GRAPHS_PER_ITERATION.value, seed=_SEED.value,
       canonical_labels=_IMITATION_CANONICAL_LABELS.value,
       matched_labels=_IMITATION_MATCHED_LABELS.value,
-      target_tolerance=_IMITATION_TARGET_TOLERANCE.value)
+      target_tolerance=_IMITATION_TARGET_TOLERANCE.value,
+      validate_every=_IMITATION_VALIDATE_EVERY.value,
+      keep_best=_IMITATION_KEEP_BEST.value)
+  if _IMITATION_KEEP_BEST.value and not _IMITATION_VALIDATION_GRAPHS.value:
+    raise errors.InputError(
+        "--imitation_keep_best needs --imitation_validation_graphs")
+  validation = []
+  if _IMITATION_VALIDATION_GRAPHS.value:
+    validation = tasks_lib.placement_tasks(
+        graph_specs.parse(_IMITATION_VALIDATION_GRAPHS.value,
+                          allow_devices=True, signature=_SIGNATURE.value),
+        _DEVICES.value, log=cli_lib.progress)
   result = workflows.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,
-      imitation=imitation_config, log=cli_lib.progress)
+      imitation=imitation_config, validation=validation,
+      log=cli_lib.progress)
   cli_lib.print_result(result)
   print(f"policy: {_ROOT_DIR.value}/policy")

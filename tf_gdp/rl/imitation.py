@@ -26,6 +26,12 @@ at the end, one more pass gives the final loss and accuracy and the greedy
 placement of every task, repaired to fit memory as zero-shot placements are
 (`zero_shot.zeroshot`), and its step time over the target's.
 
+Fitting the training targets is not the point: the policy is for graphs it
+has never seen. Validation tasks (graphs of families kept out of training,
+with their own targets) are judged the same way every few epochs, and
+`keep_best` ends with the weights that placed them best: early stopping on
+held-out families.
+
 `pretrain_phase` is the phase inside `workflows.pretrain`: targets cached
 under `<root_dir>/targets/`, the statistics written to
 `<root_dir>/imitation.json` at the end, and a checkpoint saved right after,
@@ -38,7 +44,7 @@ import json
 import math
 import os
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -74,6 +80,11 @@ class ImitationConfig:
       closest to the policy's prediction (module doc).
     target_tolerance: imitate the simplest candidate within this fraction
       of the fastest (`search_targets`; 0: the fastest).
+    validate_every: with validation tasks, their greedy placements are
+      judged against their targets every this many epochs (0: at the end
+      only).
+    keep_best: with validation tasks, end with the weights of the epoch
+      whose validation greedy / target was lowest (early stopping).
   """
   epochs: int = 0
   evaluations: int = search_targets.DEFAULT_EVALUATIONS
@@ -84,18 +95,24 @@ class ImitationConfig:
   canonical_labels: bool = False
   matched_labels: bool = False
   target_tolerance: float = 0.0
+  validate_every: int = 0
+  keep_best: bool = False
 
   def __post_init__(self):
     if (self.epochs < 0 or self.evaluations < 1 or self.learning_rate <= 0
-        or self.graphs_per_step < 1 or not 0 <= self.target_tolerance < 1):
+        or self.graphs_per_step < 1 or not 0 <= self.target_tolerance < 1
+        or self.validate_every < 0):
       raise ValueError(
           "imitation needs epochs >= 0, evaluations >= 1, learning_rate > 0, "
-          f"graphs_per_step >= 1 and target_tolerance in [0, 1); got {self}")
+          "graphs_per_step >= 1, target_tolerance in [0, 1) and "
+          f"validate_every >= 0; got {self}")
 
 
 def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
             targets: Sequence[search_targets.Target], *,
             config: ImitationConfig,
+            validation: Optional[Tuple[environment.PlacementEnv,
+                                       Sequence[search_targets.Target]]] = None,
             log: Optional[Callable[[str], None]] = None) -> dict:
   """Fits `policy` to the targets of `env`'s tasks; returns the statistics.
 
@@ -107,6 +124,14 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
   ratio, valid), greedy_ratio (geometric mean of the ratios, valid greedy
   placements only; NaN without any), evaluations (the greedy check's
   simulations), seconds.
+
+  `validation` (env, targets) are tasks never trained on, judged the same
+  way every `config.validate_every` epochs and at the end: each history
+  row judged gains validation_ratio, and the statistics gain validation
+  (the last judgement: per task and geometric mean), validation_start
+  (the geometric mean before the first epoch, when judged every few
+  epochs) and, with `config.keep_best`, best_epoch (whose weights the
+  policy ends with; 0: the policy as it started).
   """
   log = log or (lambda line: None)
   started = time.perf_counter()
@@ -140,6 +165,14 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
     return loss, hits
 
   groups = float(sum(masks[i].sum() for i in indices))
+  judge = _Validation(policy, validation, config) if validation else None
+  best = None  # (ratio, epoch, weights)
+  if judge is not None and config.validate_every and config.epochs:
+    start = judge.judge()["greedy_ratio"]
+    stats["validation_start"] = start  # the policy before any epoch
+    if config.keep_best:
+      best = (start if math.isfinite(start) else math.inf, 0,
+              [v.numpy() for v in policy.variables])
   for epoch in range(1, config.epochs + 1):
     clock = time.perf_counter()
     order = np.random.default_rng((config.seed, epoch)).permutation(indices)
@@ -151,37 +184,96 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
     row = {"epoch": epoch, "loss": total_loss / len(indices),
            "accuracy": total_hits / groups,
            "seconds": time.perf_counter() - clock}
+    if judge is not None and (epoch == config.epochs or (
+        config.validate_every and epoch % config.validate_every == 0)):
+      stats["validation"] = judge.judge()
+      row["validation_ratio"] = stats["validation"]["greedy_ratio"]
+      ratio = (row["validation_ratio"]
+               if math.isfinite(row["validation_ratio"]) else math.inf)
+      if config.keep_best and (best is None or ratio < best[0]):
+        best = (ratio, epoch, [v.numpy() for v in policy.variables])
     stats["history"].append(row)
     log(f"imitation epoch {epoch}/{config.epochs}: loss {row['loss']:.4f}, "
-        f"accuracy {row['accuracy']:.3f}")
+        f"accuracy {row['accuracy']:.3f}" + (
+            f", validation greedy / target {row['validation_ratio']:.3f}"
+            if "validation_ratio" in row else ""))
+  if judge is not None and "validation" not in stats:  # no epochs
+    stats["validation"] = judge.judge()
+  if best is not None:
+    for variable, value in zip(policy.variables, best[2]):
+      variable.assign(value)
+    stats["best_epoch"] = best[1]
+    if best[1] != config.epochs:
+      stats["validation"] = judge.judge()
+    log(f"imitation: the weights of epoch {best[1]} (validation greedy / "
+        f"target {best[0]:.3f})")
   loss, accuracy, greedy = _final_pass(policy, env, indices, labels, masks,
                                        symmetries, config.graphs_per_step)
   stats.update(loss=loss, accuracy=accuracy)
-  ratios = []
   if config.greedy_check:
-    for i in indices:
-      task, target = env.tasks[i], targets[i]
-      placement = features.group_to_node_placement(
-          env.inputs(i), greedy[i][:env.inputs(i).num_groups])
-      fixed = repair.repair(task.graph, task.topology, placement)
-      stats["evaluations"] += int(fixed.evaluations)
-      ratio = fixed.step_time_us / target.step_time_us
-      stats["greedy"][task.name] = {
-          "step_time_us": float(fixed.step_time_us),
-          "target_us": float(target.step_time_us), "ratio": float(ratio),
-          "valid": bool(fixed.valid), "repaired": bool(fixed.changed)}
-      if fixed.valid:
-        ratios.append(ratio)
-  stats["greedy_ratio"] = (float(np.exp(np.mean(np.log(ratios))))
-                           if ratios else math.nan)
+    judged = _judge_greedy(env, targets, greedy)
+    stats.update(greedy=judged["tasks"], evaluations=judged["evaluations"])
+    stats["greedy_ratio"] = judged["greedy_ratio"]
+  else:
+    stats["greedy_ratio"] = math.nan
   stats["seconds"] = time.perf_counter() - started
   log(f"imitation done: loss {loss:.4f}, accuracy {accuracy:.3f}"
       + (f", greedy / target {stats['greedy_ratio']:.3f} (geomean)"
-         if ratios else ""))
+         if math.isfinite(stats["greedy_ratio"]) else ""))
   return stats
 
 
+class _Validation:
+  """Judges the policy's greedy placements of tasks it is not trained on."""
+
+  def __init__(self, policy, validation, config: ImitationConfig):
+    self.policy = policy
+    self.env, self.targets = validation
+    if len(self.targets) != self.env.num_tasks:
+      raise ValueError(f"{len(self.targets)} validation targets for "
+                       f"{self.env.num_tasks} tasks")
+    self.indices = [i for i, t in enumerate(self.targets)
+                    if t.method is not None]
+    self.labels, self.masks, _ = _labels(self.env, self.targets, False)
+    self.symmetries = _symmetries(self.env, False)
+    self.size = config.graphs_per_step
+
+  def judge(self) -> dict:
+    """{"tasks", "greedy_ratio", "evaluations"} of `_judge_greedy`."""
+    if not self.indices:
+      return {"tasks": {}, "greedy_ratio": math.nan, "evaluations": 0}
+    _, _, greedy = _final_pass(self.policy, self.env, self.indices,
+                               self.labels, self.masks, self.symmetries,
+                               self.size)
+    return _judge_greedy(self.env, self.targets, greedy)
+
+
+def _judge_greedy(env, targets, greedy) -> dict:
+  """Each task's greedy placement, repaired as zero-shot ones are, over its
+  target: tasks (name -> step_time_us, target_us, ratio, valid, repaired),
+  greedy_ratio (geometric mean over the valid ones; NaN without any) and
+  evaluations (the repair's simulations)."""
+  tasks, ratios, evaluations = {}, [], 0
+  for i, devices in greedy.items():
+    task, target = env.tasks[i], targets[i]
+    placement = features.group_to_node_placement(
+        env.inputs(i), devices[:env.inputs(i).num_groups])
+    fixed = repair.repair(task.graph, task.topology, placement)
+    evaluations += int(fixed.evaluations)
+    ratio = fixed.step_time_us / target.step_time_us
+    tasks[task.name] = {
+        "step_time_us": float(fixed.step_time_us),
+        "target_us": float(target.step_time_us), "ratio": float(ratio),
+        "valid": bool(fixed.valid), "repaired": bool(fixed.changed)}
+    if fixed.valid:
+      ratios.append(ratio)
+  return {"tasks": tasks, "evaluations": evaluations,
+          "greedy_ratio": (float(np.exp(np.mean(np.log(ratios))))
+                           if ratios else math.nan)}
+
+
 def pretrain_phase(trainer, config: ImitationConfig, *,
+                   validation_env: Optional[environment.PlacementEnv] = None,
                    log: Optional[Callable[[str], None]] = None
                    ) -> Optional[dict]:
   """The imitation phase of a pretrain run (module doc); its statistics.
@@ -213,7 +305,14 @@ def pretrain_phase(trainer, config: ImitationConfig, *,
       trainer.env.tasks, run_dir.targets_dir(trainer.root_dir),
       evaluations=config.evaluations, tolerance=config.target_tolerance,
       log=log)
-  stats = imitate(trainer.policy, trainer.env, found, config=config, log=log)
+  validation = None
+  if validation_env is not None and validation_env.num_tasks:
+    validation = (validation_env, search_targets.targets(
+        validation_env.tasks, run_dir.targets_dir(trainer.root_dir),
+        evaluations=config.evaluations, tolerance=config.target_tolerance,
+        log=log))
+  stats = imitate(trainer.policy, trainer.env, found, config=config,
+                  validation=validation, log=log)
   stats["search_evaluations"] = int(sum(t.evaluations for t in found))
   stats["targets"] = {t.task: {"method": t.method,
                                "step_time_us": _finite(t.step_time_us),

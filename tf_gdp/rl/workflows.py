@@ -39,6 +39,7 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
              config: Optional[train_config.TrainConfig] = None,
              env_options: Optional[dict] = None,
              imitation: Optional[imitation_lib.ImitationConfig] = None,
+             validation: Sequence[placement_task.PlacementTask] = (),
              log: Optional[Callable[[str], None]] = None
              ) -> train_result.TrainResult:
   """Trains a fresh policy on many graphs; exports it to `<root_dir>/policy`.
@@ -56,6 +57,8 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
       target (`imitation.pretrain_phase`; not on a resumed run); its
       statistics are the result's `imitation`. Its evaluations and
       seconds are not PPO's and do not count against the budget.
+    validation: tasks the imitation phase judges but never trains on
+      (`imitation.imitate`).
     log: progress line sink.
   """
   tasks = []
@@ -72,14 +75,19 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
   fileio.write_atomically(
       config_path, json.dumps(policy_io.policy_config_dict(policy), indent=1))
   env = environment.PlacementEnv(tasks, **_env_options(env_options, config))
+  held_out = (environment.PlacementEnv(list(validation))
+              if validation else None)
   try:
     trainer = trainer_lib.Trainer(env, policy, config=config,
                                   root_dir=root_dir, log=log)
     imitated = imitation_lib.pretrain_phase(
-        trainer, imitation or imitation_lib.ImitationConfig(), log=log)
+        trainer, imitation or imitation_lib.ImitationConfig(),
+        validation_env=held_out, log=log)
     result = dataclasses.replace(trainer.run(budget), imitation=imitated)
   finally:
     env.close()
+    if held_out is not None:
+      held_out.close()
   policy_io.save_policy(policy, os.path.join(root_dir, "policy"))
   return result
 
