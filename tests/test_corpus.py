@@ -164,6 +164,30 @@ def test_translation_decoder_attends_to_the_source():
   assert held.count(50 * 8 * 4) == 3
 
 
+def test_acoustic_model_runs_both_directions_at_every_frame():
+  model = _variant("tiny_speech", families.SPEECH, layers=2, hidden=8,
+                   frames=8, batch=2, features=16, conv_filters=4, classes=5)
+  graph = store.build_graph(model, DEVICES)
+  names = graph.node_names
+  # The first convolution halves 8 frames to 4 GRU steps, and each
+  # direction runs an unrolled cell (two matmuls: input, recurrent) per
+  # step; the logits are per step.
+  for layer in ("bigru0", "bigru1"):
+    for direction in ("forward_gru", "backward_gru"):
+      # (Keras numbers the second layer's inner GRUs: forward_gru_1.)
+      matmuls = [n for i, n in enumerate(names)
+                 if graph.op_types[i] == "MatMul"
+                 and n.startswith(f"acoustic_model/{layer}/{direction}")
+                 and "/gru_cell/" in n]
+      assert len(matmuls) == 2 * 4, (layer, direction)
+  logits = [graph.output_shapes[i][0] for i in range(graph.num_nodes)
+            if names[i] == "acoustic_model/frame_logits/BiasAdd"]
+  assert logits == [(2, 4, 5)]
+  with pytest.raises(ValueError, match="even"):
+    store.build_graph(_variant("odd", families.SPEECH, layers=1, hidden=4,
+                               frames=7, batch=1), DEVICES)
+
+
 def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
   vocabularies, dim, batch = (1000, 300, 70), 8, 4
   dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,

@@ -4,7 +4,7 @@
 split); `store` builds a variant's graph on demand and caches it as op-graph
 JSON; `graph_sets` turns `corpus:SPLIT` items of a graph spec into those
 files. The builders (`training_steps`, `transformers`, `recurrent`,
-`vision_models`, `recommenders`) are real model code: Keras applications
+`vision_models`, `recommenders`, `speech`) are real model code: Keras applications
 and tf_keras layers.
 """
 
@@ -19,5 +19,5 @@ __all__ = ["FAMILIES", "VARIANTS", "ensure", "variants"]
 
 _package_api.install(
     globals(),
-    modules=("families", "graph_sets", "recommenders", "recurrent", "store",
-             "training_steps", "transformers", "vision_models"))
+    modules=("families", "graph_sets", "recommenders", "recurrent", "speech",
+             "store", "training_steps", "transformers", "vision_models"))

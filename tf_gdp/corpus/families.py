@@ -8,9 +8,10 @@ the split is by family and fixed here: a policy is pre-trained on the
 `TRAIN` families only, and the `EVAL` families are run only to evaluate it.
 
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
-transformers, recurrent models, U-Nets, MLP-Mixers and a DLRM-style
-recommender written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`), the zoo's models (`tf_gdp.zoo`, with
+transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
+recommender and a speech recognizer's acoustic model written with tf_keras
+layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
+`speech`), the zoo's models (`tf_gdp.zoo`, with
 knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
 
@@ -22,10 +23,10 @@ TRAIN = "train"
 EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
-(KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM, ZOO,
- GENERATED) = (
+(KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
+ SPEECH, ZOO, GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
-     "recurrent", "unet", "mlp_mixer", "dlrm", "zoo", "generated")
+     "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,14 @@ def _translations(sizes):
        dict(encoder_layers=enc, decoder_layers=dec, hidden=hidden,
             heads=heads, source_seq=seq, target_seq=seq, batch=batch))
       for enc, dec, hidden, heads, seq, batch in sizes])
+
+
+def _acoustic_models(sizes):
+  """(bidirectional GRU layers, hidden, frames, batch) per variant."""
+  return _variants("speech", SPEECH, [
+      (f"speech_l{layers}_h{hidden}_f{frames}_b{batch}",
+       dict(layers=layers, hidden=hidden, frames=frames, batch=batch))
+      for layers, hidden, frames, batch in sizes])
 
 
 def _unets(sizes):
@@ -241,6 +250,11 @@ _FAMILIES = (
            "model, cross-attention, Adam (corpus.transformers)",
            _translations([(3, 3, 512, 8, 64, 64), (6, 6, 512, 8, 128, 64),
                           (6, 6, 1024, 16, 256, 32)])),
+    Family("speech", EVAL, "DeepSpeech-2-style acoustic model: 2-D "
+           "convolutions, bidirectional GRUs, per-frame softmax, Adam "
+           "(corpus.speech)",
+           _acoustic_models([(2, 256, 40, 32), (3, 512, 40, 64),
+                             (4, 1024, 40, 256)])),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

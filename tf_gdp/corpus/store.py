@@ -114,6 +114,7 @@ def _extract(variant: families.Variant):
   from tf_gdp import zoo
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
+  from tf_gdp.corpus import speech
   from tf_gdp.corpus import training_steps
   from tf_gdp.corpus import transformers
   from tf_gdp.corpus import vision_models
@@ -132,6 +133,7 @@ def _extract(variant: families.Variant):
       families.UNET: lambda: vision_models.unet(**args),
       families.MIXER: lambda: vision_models.mlp_mixer(**args),
       families.DLRM: lambda: recommenders.dlrm(**args),
+      families.SPEECH: lambda: speech.acoustic_model(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
