@@ -385,3 +385,22 @@ def test_pretrain_command_imitation_flags(tmp_path):
     stats = json.load(f)
   assert stats["learning_rate"] == 0.003 and stats["best_epoch"] in (0, 1, 2)
   assert stats["tasks"] == 1 and len(stats["validation"]["tasks"]) == 1
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--imitation_keep_best",
+     "--imitation_keep_best needs --imitation_validation_graphs"),
+    ("--imitation_validation_graphs=corpus:nope",
+     "--imitation_validation_graphs: 'corpus:nope': use corpus:train")])
+def test_pretrain_refuses_bad_validation_flags_before_loading(tmp_path, flag,
+                                                             message):
+  root = str(tmp_path / "run")
+  done = subprocess.run(
+      [sys.executable, "-m", "tf_gdp", "pretrain", "--graphs=layered:30",
+       f"--devices={DEVICES}", f"--root_dir={root}", "--imitation_epochs=1",
+       "--budget_iterations=0", flag],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+      capture_output=True, timeout=300, check=False)
+  assert done.returncode != 0
+  assert message in done.stderr
+  assert "loading" not in done.stderr and not os.path.exists(root)

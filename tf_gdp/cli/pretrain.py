@@ -124,6 +124,7 @@ def main(argv):
       graphs_per_iteration=_GRAPHS_PER_ITERATION.value, seed=_SEED.value)
   items = graph_specs.parse(_GRAPHS.value, allow_devices=True,
                             signature=_SIGNATURE.value)
+  held_out = _validation_items()
   tasks = tasks_lib.placement_tasks(items, _DEVICES.value,
                                     log=cli_lib.progress)
   imitation_config = imitation.ImitationConfig(
@@ -138,15 +139,8 @@ def main(argv):
       target_tolerance=_IMITATION_TARGET_TOLERANCE.value,
       validate_every=_IMITATION_VALIDATE_EVERY.value,
       keep_best=_IMITATION_KEEP_BEST.value)
-  if _IMITATION_KEEP_BEST.value and not _IMITATION_VALIDATION_GRAPHS.value:
-    raise errors.InputError(
-        "--imitation_keep_best needs --imitation_validation_graphs")
-  validation = []
-  if _IMITATION_VALIDATION_GRAPHS.value:
-    validation = tasks_lib.placement_tasks(
-        graph_specs.parse(_IMITATION_VALIDATION_GRAPHS.value,
-                          allow_devices=True, signature=_SIGNATURE.value),
-        _DEVICES.value, log=cli_lib.progress)
+  validation = tasks_lib.placement_tasks(
+      held_out, _DEVICES.value, log=cli_lib.progress)
   result = workflows.pretrain(
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,
@@ -154,3 +148,19 @@ def main(argv):
       log=cli_lib.progress)
   cli_lib.print_result(result)
   print(f"policy: {_ROOT_DIR.value}/policy")
+
+
+def _validation_items():
+  """The parsed --imitation_validation_graphs; InputError before any graph
+  is loaded if they, or --imitation_keep_best without them, are wrong."""
+  if not _IMITATION_VALIDATION_GRAPHS.value:
+    if _IMITATION_KEEP_BEST.value:
+      raise errors.InputError(
+          "--imitation_keep_best needs --imitation_validation_graphs")
+    return []
+  try:
+    return graph_specs.parse(_IMITATION_VALIDATION_GRAPHS.value,
+                             allow_devices=True, signature=_SIGNATURE.value)
+  except errors.InputError as e:
+    raise errors.InputError("--imitation_validation_graphs: " + str(
+        e).removeprefix("--graphs: ")) from e

@@ -51,12 +51,5 @@ def acoustic_model(*, layers: int, hidden: int, frames: int, batch: int,
     x = keras_layers.BatchNormalization(name=f"bigru{i}/norm")(x)
   outputs = keras_layers.Dense(classes, name="frame_logits")(x)
   model = tf_keras.Model(inputs, outputs, name="acoustic_model")
-  variables = model.trainable_variables
-
-  def loss(logits):
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-
-  return training_steps.supervised_step(
-      tf, lambda: model(spectrogram, training=True), variables, loss,
-      training_steps.Optimizer(variables, "adam", learning_rate))
+  return training_steps.adam_classifier_step(tf, model, spectrogram, labels,
+                                             learning_rate)

@@ -12,19 +12,6 @@ and then across channels. Both train with Adam.
 from tf_gdp.corpus import training_steps
 
 
-def _classifier_step(tf, model, images, labels, learning_rate):
-  """Softmax cross-entropy of `model(images)` against `labels`, Adam."""
-  variables = model.trainable_variables
-
-  def loss(logits):
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-
-  return training_steps.supervised_step(
-      tf, lambda: model(images, training=True), variables, loss,
-      training_steps.Optimizer(variables, "adam", learning_rate))
-
-
 def unet(*, depth: int, filters: int, image_size: int, batch: int,
          classes: int = 8, learning_rate: float = 1e-3, seed: int = 0):
   """A U-Net segmentation step: per-pixel softmax over `classes`.
@@ -71,7 +58,8 @@ def unet(*, depth: int, filters: int, image_size: int, batch: int,
   masks = tf.Variable(
       rng.uniform([batch, image_size, image_size], 0, classes,
                   dtype=tf.int32), trainable=False, name="masks")
-  return _classifier_step(tf, model, images, masks, learning_rate)
+  return training_steps.adam_classifier_step(tf, model, images, masks,
+                                            learning_rate)
 
 
 def mlp_mixer(*, layers: int, hidden: int, token_mlp: int, channel_mlp: int,
@@ -118,4 +106,5 @@ def mlp_mixer(*, layers: int, hidden: int, token_mlp: int, channel_mlp: int,
                        trainable=False, name="images")
   labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
                        trainable=False, name="labels")
-  return _classifier_step(tf, model, images, labels, learning_rate)
+  return training_steps.adam_classifier_step(tf, model, images, labels,
+                                            learning_rate)
