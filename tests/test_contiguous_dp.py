@@ -8,6 +8,7 @@ from tf_gdp.baselines import contiguous_dp
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology
 from tf_gdp.graph import generators
+from tf_gdp.graph import layer_order
 from tf_gdp.graph import op_graph
 
 GIB = 1 << 30
@@ -42,11 +43,11 @@ def _training_chain(length=10, memory=0):
 
 def test_backward_and_update_ops_follow_their_forward_op():
   graph = _training_chain(4)
-  backward = contiguous_dp.backward_ops(graph)
+  backward = layer_order.backward_ops(graph)
   np.testing.assert_array_equal(backward, [False] * 4 + [True] * 8)
-  order = contiguous_dp.forward_order(graph, backward)
+  order = layer_order.forward_order(graph, backward)
   np.testing.assert_array_equal(order, range(4))
-  owner = contiguous_dp.owners(graph, backward, order)
+  owner = layer_order.owners(graph, backward, order)
   np.testing.assert_array_equal(owner[:4], range(4))
   np.testing.assert_array_equal(owner[4:8], [3, 2, 1, 0])  # by name
   np.testing.assert_array_equal(owner[8:], [0, 1, 2, 3])  # by name scope

@@ -8,16 +8,10 @@ cost. It is the name-free pipeline baseline: no layer numbers, only order,
 costs and links, so it says how much of a hand-written pipeline structure
 alone can find.
 
-* Forward and backward. An op is backward when its name is in a backward
-  scope (`graph.scopes.forward_name`: `gradient_tape/`, `gradients/`), when
-  it is an optimizer update or assignment (op types `Apply*`,
-  `ResourceApply*`, `Assign*`, `ResourceScatter*`), or when it consumes a
-  backward op's output; every other op is forward (a graph with no
-  backward ops is all forward). A backward op follows its owner, the
-  forward op it differentiates: the forward op of its forward name, else
-  the first forward op in the longest forward scope that matches it, else
-  the owner of its heaviest input (the nearest forward ancestor), else of
-  its first consumer.
+* Forward and backward. The forward ops are ordered, and every backward
+  and update op follows its owner, the forward op it differentiates, by
+  `graph.layer_order` (names, op types and edges; a graph with no backward
+  ops is all forward).
 * Stage cost = the compute of its forward ops and of the backward ops they
   own, on the stage's device, plus the incoming transfer of its cut: the
   bytes of every edge that crosses the cut (activations forward and
@@ -25,8 +19,6 @@ alone can find.
   (`Topology.transfer_us`). A stage whose estimated memory (`common`'s
   model, summed over the ops it holds) exceeds its device's budget costs
   infinity, so splits that do not fit are never chosen.
-* Order. The forward ops by their latest level (`forward_order`), so that
-  sources sit next to their consumers.
 * Cut points. Every position is a candidate up to `max_cuts`; on larger
   graphs the order is cut into `max_cuts` bins of equal compute and each
   bin offers its position of fewest crossing bytes.
@@ -45,102 +37,8 @@ import numpy as np
 
 from tf_gdp.baselines import common
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import layer_order
 from tf_gdp.graph import op_graph
-from tf_gdp.graph import scopes
-
-_UPDATE_TYPE_PREFIXES = ("Apply", "ResourceApply", "Assign", "ResourceScatter",
-                         "ScatterSub", "ScatterAdd", "ScatterUpdate")
-
-
-def backward_ops(graph: op_graph.OpGraph) -> np.ndarray:
-  """bool[n]: the op belongs to the backward pass or the update."""
-  n = graph.num_nodes
-  backward = np.array([scopes.forward_name(name) is not None or
-                       op.startswith(_UPDATE_TYPE_PREFIXES)
-                       for name, op in zip(graph.node_names, graph.op_types)],
-                      np.bool_)
-  if not backward.any() or backward.all():
-    return np.zeros(n, np.bool_)
-  inputs = _lists(graph.edge_dst, graph.edge_src, n)
-  for v in graph.topo_order:
-    if not backward[v] and any(backward[u] for u in inputs[v]):
-      backward[v] = True
-  return backward
-
-
-def forward_order(graph: op_graph.OpGraph, backward: np.ndarray) -> np.ndarray:
-  """int[F]: the forward ops in a topological order that keeps blocks whole.
-
-  Ops are sorted by their latest level (ALAP over the forward edges, an op
-  without forward consumers at its earliest level; ties by the graph's
-  topological rank), so a constant, a variable read or a
-  dropout mask comes right before the op that uses it instead of with
-  every other source at the start, where any contiguous split would cut
-  it off from its consumer.
-  """
-  forward = ~backward
-  keep = forward[graph.edge_src] & forward[graph.edge_dst]
-  src, dst = graph.edge_src[keep], graph.edge_dst[keep]
-  consumers = _lists(src, dst, graph.num_nodes)
-  rank = np.empty(graph.num_nodes, np.int64)
-  rank[graph.topo_order] = np.arange(graph.num_nodes)
-  level = np.zeros(graph.num_nodes, np.int64)  # ASAP first
-  for v in graph.topo_order:
-    for w in consumers[v]:
-      level[w] = max(level[w], level[v] + 1)
-  for v in graph.topo_order[::-1]:
-    if consumers[v]:
-      level[v] = min(level[w] for w in consumers[v]) - 1
-  ops = np.flatnonzero(forward)
-  return ops[np.lexsort((rank[ops], level[ops]))]
-
-
-def owners(graph: op_graph.OpGraph, backward: np.ndarray,
-           order: np.ndarray) -> np.ndarray:
-  """int[n]: the forward op each op follows (a forward op: itself).
-
-  `order` is the forward order (`forward_order`); a scope's first op in it
-  stands for the scope.
-  """
-  n = graph.num_nodes
-  owner = np.where(backward, -1, np.arange(n))
-  by_name, by_scope = {}, {}
-  for v in order:
-    name = graph.node_names[v]
-    by_name[name] = v
-    parts = name.split("/")[:-1]
-    for i in range(1, len(parts) + 1):
-      by_scope.setdefault("/".join(parts[:i]), v)
-  inputs = _lists(graph.edge_dst, graph.edge_src, n)
-  weight = _lists(graph.edge_dst, graph.edge_bytes, n)
-  for v in graph.topo_order:
-    if not backward[v]:
-      continue
-    owner[v] = _by_name(graph.node_names[v], by_name, by_scope)
-    if owner[v] < 0:
-      known = [(w, u) for u, w in zip(inputs[v], weight[v]) if owner[u] >= 0]
-      if known:
-        owner[v] = owner[max(known, key=lambda p: (p[0], -p[1]))[1]]
-  consumers = _lists(graph.edge_src, graph.edge_dst, n)
-  for v in graph.topo_order[::-1]:
-    if owner[v] < 0:
-      after = [owner[w] for w in consumers[v] if owner[w] >= 0]
-      owner[v] = after[0] if after else int(np.flatnonzero(~backward)[0])
-  return owner
-
-
-def _by_name(name: str, by_name: dict, by_scope: dict) -> int:
-  forward = scopes.forward_name(name)
-  if forward is None:
-    return -1
-  parts = [p[:-len("_grad")] if p.endswith("_grad") else p
-           for p in forward.split("/")]
-  if "/".join(parts) in by_name:
-    return by_name["/".join(parts)]
-  for i in range(len(parts) - 1, 0, -1):
-    if "/".join(parts[:i]) in by_scope:
-      return by_scope["/".join(parts[:i])]
-  return -1
 
 
 def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
@@ -151,9 +49,9 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   view = common.group_view(graph, topology)
   model = common.memory_model(view, activation_fraction=activation_fraction,
                               memory_headroom=memory_headroom)
-  backward = backward_ops(graph)
-  forward = forward_order(graph, backward)
-  owner = owners(graph, backward, forward)
+  backward = layer_order.backward_ops(graph)
+  forward = layer_order.forward_order(graph, backward)
+  owner = layer_order.owners(graph, backward, forward)
   position = np.full(graph.num_nodes, -1, np.int64)
   position[forward] = np.arange(forward.size)
   pos = position[owner]  # every op's position in the forward order
@@ -163,7 +61,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   work = np.stack([np.bincount(pos, weights=view.tables.duration_us[:, j],
                                minlength=forward.size) for j in devices])
   memory = np.bincount(pos, weights=need, minlength=forward.size)
-  cut = _cut_bytes(graph, pos, forward.size)
+  cut = layer_order.cut_bytes(graph, pos, forward.size)
   cuts = _candidate_cuts(work[0], cut, max_cuts)
   splits = _dp(view, devices, work, memory, cut, cuts, model.budget[devices])
   common.note("forward_ops", int(forward.size))
@@ -193,31 +91,6 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
        "valid": bool(batch.valid[i])} for i, s in enumerate(tried)])
   common.note("stages", tried[pick])
   return view.expand(group_devices[pick])
-
-
-def _cut_bytes(graph, pos: np.ndarray, size: int) -> np.ndarray:
-  """float[size + 1]: bytes crossing the cut before each position.
-
-  A tensor crosses every cut between its producer and its farthest
-  consumers (either way), once: the simulator sends it once per device.
-  """
-  data = graph.edge_output >= 0
-  tensor = graph.edge_src[data].astype(np.int64) * (
-      int(graph.edge_output.max(initial=0)) + 1) + graph.edge_output[data]
-  keys, inverse = np.unique(tensor, return_inverse=True)
-  lo = np.full(keys.size, np.iinfo(np.int64).max)
-  hi = np.full(keys.size, -1)
-  producer_pos = pos[graph.edge_src[data]]
-  np.minimum.at(lo, inverse, np.minimum(producer_pos,
-                                        pos[graph.edge_dst[data]]))
-  np.maximum.at(hi, inverse, np.maximum(producer_pos,
-                                        pos[graph.edge_dst[data]]))
-  nbytes = np.zeros(keys.size)
-  np.maximum.at(nbytes, inverse, graph.edge_bytes[data].astype(np.float64))
-  delta = np.zeros(size + 2)
-  np.add.at(delta, lo + 1, nbytes)
-  np.add.at(delta, hi + 1, -nbytes)
-  return np.cumsum(delta)[:size + 1]
 
 
 def _candidate_cuts(work: np.ndarray, cut: np.ndarray,
@@ -281,10 +154,3 @@ def _group_devices(view, devices, bounds, pos) -> np.ndarray:
   for g in np.flatnonzero(empty):
     choice[g] = view.fastest_allowed(int(g))
   return choice
-
-
-def _lists(keys, values, n: int) -> list:
-  lists = [[] for _ in range(n)]
-  for key, value in zip(np.asarray(keys).tolist(), np.asarray(values).tolist()):
-    lists[key].append(value)
-  return lists

@@ -8,22 +8,35 @@ returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
 1. Hard constraints: a group split over devices goes whole to its first
    member's device, and a group on a device its kinds or pins forbid goes
    to the allowed device where it runs fastest.
-2. Memory, by the simulator's exact peak: groups leave each over-full
-   device until the bytes they carry away (persistent plus output bytes)
-   cover the overflow plus a slack. First across its cuts: a group with a
-   neighbour on another device moves to the allowed device it exchanges
-   the most bytes with, if that has room, the group whose move cuts the
-   most bytes first, and its neighbours become candidates in turn (a
-   pipeline's cut shifts instead of its stages scattering). Then, for
-   what is left, cheapest first: the group with the least compute per
-   byte moved goes to the fastest allowed device with room for it (the
-   roomiest of equally fast ones). The result is simulated again. The
-   slack doubles each round, because a moved group's outputs may not be
-   live at the device's peak.
+2. Memory, by the simulator's exact peak, three ways from the given
+   placement; the fastest valid result wins.
+   a. Spill: groups leave each over-full device until the bytes they carry
+      away (persistent plus output bytes) cover the overflow plus a slack.
+      First across its cuts: a group with a neighbour on another device
+      moves to the allowed device it exchanges the most bytes with, if that
+      has room, the group whose move cuts the most bytes first, and its
+      neighbours become candidates in turn (a pipeline's cut shifts
+      instead of its stages scattering). Then, for what is left, cheapest
+      first: the group with the least compute per byte moved goes to the
+      fastest allowed device with room for it (the roomiest of equally
+      fast ones).
+   b. and c. Shift (`graph.layer_order`): each over-full device's last
+      (b) or first (c) layers move as one block, a layer with its
+      gradients and updates, enough to cover the overflow by the memory
+      estimate (`common.memory_model`) and up to `EXTENT` times that,
+      ending at the cut of the layer order fewest bytes cross; they go to
+      the device of the layers beyond the block if it has room (a stage
+      boundary moves), else to the fastest primary device with room. A
+      training step that overflows one device this way becomes a pipeline
+      of whole layers, where a spill of single groups would part forward
+      from backward passes and send every activation over a link.
+   Each way is simulated again after each round; the slack doubles each
+   round, because a moved group's outputs may not be live at the
+   device's peak.
 3. If that still does not fit, the repair starts over from a memory-first
    fill: groups in topological order, the primary devices (the GPUs of a
    GPU box) filled up to their share of the estimated need
-   (`common.memory_model`) and the rest to the others, then step 2 again;
+   (`common.memory_model`) and the rest to the others, then step 2a again;
    then once more from a fill of every device by its share of capacity.
 4. Last, overflow descent from where step 3 ended: every
    round simulates single-group moves off the over-full devices (all of
@@ -41,6 +54,7 @@ it as a result. The simulations the repair makes are counted in
 """
 
 import dataclasses
+import functools
 import heapq
 import itertools
 from typing import List, Optional
@@ -51,12 +65,14 @@ from tf_gdp import errors
 from tf_gdp.baselines import common
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
+from tf_gdp.graph import layer_order
 from tf_gdp.graph import op_graph
 
-ROUNDS = 8  # spill rounds from the given placement, and again from the fill
+ROUNDS = 8  # rounds of each way of step 2, and of the spill after a fill
 SLACK = 0.05  # first round's extra bytes to free, as a share of the overflow
 CANDIDATES = 64  # single-group moves an overflow-descent round simulates
 EXHAUSTIVE = 4096  # group placements few enough to simulate them all
+EXTENT = 1.5  # a shifted block's bytes at most, as a multiple of the overflow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,25 +145,35 @@ def repair_batch(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   pending = np.flatnonzero(~valid)
   if pending.size:
     work = _Spill(view, topology)
-    for start in ("given", "primary", "all"):
-      if start != "given":
-        groups[pending] = work.fill(primary_first=start == "primary")
-        peak[pending], step[pending], valid[pending] = _judge(
-            graph, topology, view, groups[pending])
-        evaluations[pending] += 1
-        pending = pending[~valid[pending]]
-      for round_index in range(ROUNDS):
-        if not pending.size:
-          break
-        slack = SLACK * 2.0**round_index
-        groups[pending] = np.stack([work.spill(groups[b], peak[b], slack)
-                                    for b in pending])
-        peak[pending], step[pending], valid[pending] = _judge(
-            graph, topology, view, groups[pending])
-        evaluations[pending] += 1
-        pending = pending[~valid[pending]]
+    # Step 2: each way of moving groups off, from the given placement; the
+    # fastest valid result per row.
+    tried = [_rounds(graph, topology, view, move, groups[pending],
+                     peak[pending])
+             for move in (work.spill, work.shift_last, work.shift_first)]
+    for attempt in tried:
+      evaluations[pending] += attempt[4]
+    times = np.stack([np.where(t[3], t[2], np.inf) for t in tried])
+    for i, b in enumerate(pending):
+      pick = tried[int(np.argmin(times[:, i]))]
+      groups[b], peak[b], step[b], valid[b] = (pick[0][i], pick[1][i],
+                                               pick[2][i], pick[3][i])
+    pending = pending[~valid[pending]]
+    # Step 3: the fills, each followed by step 2's spill.
+    for primary_first in (True, False):
       if not pending.size:
         break
+      groups[pending] = work.fill(primary_first=primary_first)
+      peak[pending], step[pending], valid[pending] = _judge(
+          graph, topology, view, groups[pending])
+      evaluations[pending] += 1
+      pending = pending[~valid[pending]]
+      if not pending.size:
+        break
+      (groups[pending], peak[pending], step[pending], valid[pending],
+       used) = _rounds(graph, topology, view, work.spill, groups[pending],
+                       peak[pending])
+      evaluations[pending] += used
+      pending = pending[~valid[pending]]
     for b in pending:
       groups[b], peak[b], step[b], valid[b], used = work.descend(
           graph, groups[b], peak[b], step[b])
@@ -187,6 +213,28 @@ def _judge(graph, topology, view, group_devices):
                                     topology)
   return (result.peak_memory_bytes, result.step_time_us.astype(np.float64),
           result.valid)
+
+
+def _rounds(graph, topology, view, move, group_devices, peak):
+  """(groups, peak, step, valid, evaluations) per row after up to ROUNDS
+  `move`s, each judged, until the row is valid; the slack doubles each
+  round, because a moved group's outputs may not be live at the peak."""
+  group_devices, peak = group_devices.copy(), peak.copy()
+  rows = np.arange(len(group_devices))
+  step = np.full(rows.size, np.inf)
+  valid = np.zeros(rows.size, np.bool_)
+  used = np.zeros(rows.size, np.int64)
+  for round_index in range(ROUNDS):
+    if not rows.size:
+      break
+    slack = SLACK * 2.0**round_index
+    group_devices[rows] = np.stack([move(group_devices[b], peak[b], slack)
+                                    for b in rows])
+    peak[rows], step[rows], valid[rows] = _judge(graph, topology, view,
+                                                 group_devices[rows])
+    used[rows] += 1
+    rows = rows[~valid[rows]]
+  return group_devices, peak, step, valid, used
 
 
 def _reason(graph, placement, topology) -> Optional[str]:
@@ -240,11 +288,8 @@ class _Spill:
     view = self.view
     group_devices = group_devices.copy()
     load = peak.astype(np.float64)
-    for j in np.argsort(self.capacity - load):  # most over-full first
-      excess = (load[j] - self.capacity[j]) * (1.0 + slack)
-      if excess <= 0:
-        continue
-      excess = self._erode(group_devices, load, int(j), excess)
+    for j, excess in self._overflows(load, slack):
+      excess = self._erode(group_devices, load, j, excess)
       mine = np.flatnonzero((group_devices == j) & self.movable &
                             (self.carried > 0))
       cost = view.duration[mine, j] / self.carried[mine]
@@ -264,6 +309,134 @@ class _Spill:
         load[target] += self.carried[g]
         excess -= self.carried[g]
     return group_devices
+
+  @functools.cached_property
+  def need(self) -> np.ndarray:
+    """float[G]: each group's share of a device's peak (`common`'s memory
+    model: persistent bytes plus the share of outputs alive at the peak)."""
+    try:
+      return common.memory_model(self.view).need.astype(np.float64)
+    except errors.InputError:  # the estimate says no fit: every byte counts
+      return self.carried
+
+  @functools.cached_property
+  def layers(self) -> tuple:
+    """(rank int64[G], position int64[G], cut float[P + 1]): each group's
+    rank and position in layer order (`graph.layer_order`, by its earliest
+    member; ties by topological rank), and the bytes that cross each cut
+    of that order."""
+    view = self.view
+    position = layer_order.positions(view.graph)
+    size = int(position.max(initial=-1)) + 1
+    first = np.full(view.num_groups, np.iinfo(np.int64).max)
+    np.minimum.at(first, view.group_of, position)
+    rank = np.empty(view.num_groups, np.int64)
+    rank[np.lexsort((view.rank, first))] = np.arange(view.num_groups)
+    return rank, first, layer_order.cut_bytes(view.graph, position, size)
+
+  @functools.cached_property
+  def by_rank(self) -> np.ndarray:
+    """int64[G]: the groups in layer order (the inverse of its rank)."""
+    return np.argsort(self.layers[0])
+
+  def shift_last(self, group_devices, peak, slack) -> np.ndarray:
+    """`shift` of each over-full device's last layers."""
+    return self.shift(group_devices, peak, slack, last=True)
+
+  def shift_first(self, group_devices, peak, slack) -> np.ndarray:
+    """`shift` of each over-full device's first layers."""
+    return self.shift(group_devices, peak, slack, last=False)
+
+  def shift(self, group_devices: np.ndarray, peak: np.ndarray, slack: float,
+            *, last: bool) -> np.ndarray:
+    """A copy of `group_devices` with whole layers moved off over-full devices.
+
+    From each over-full device, a block of its last (or first) groups in
+    layer order (`_extent`) moves, the layer nearest the rest first: to the
+    device of the layers beyond the block while it has room, then to the
+    fastest primary device with room (the roomiest of equally fast ones),
+    and so on. A layer moves with its gradients and updates, so a stage
+    boundary shifts instead of the step's forward and backward passes
+    parting.
+    """
+    view = self.view
+    group_devices = group_devices.copy()
+    load = peak.astype(np.float64)
+    for j, excess in self._overflows(load, slack):
+      need = self.need
+      rank, position, cut = self.layers
+      mine = np.flatnonzero((group_devices == j) & self.movable & (need > 0))
+      mine = mine[np.argsort(rank[mine], kind="stable")]
+      if last:
+        mine = mine[::-1]
+      covered = self._extent(mine, position, cut, excess, last,
+                             self.capacity - load, j)
+      target, full = -1, np.zeros(view.num_devices, np.bool_)
+      full[j] = True
+      # The device of the layers just beyond the block, if it has room, so
+      # that an existing stage boundary moves instead of a new one opening.
+      beyond = rank[mine[0]] + (1 if last else -1) if mine.size else -1
+      if 0 <= beyond < view.num_groups:
+        k = int(group_devices[self.by_rank[beyond]])
+        if k != j and k in view.primary:
+          target = k
+      for g in mine[:covered][::-1]:
+        if target >= 0 and view.allowed[g, target] and (
+            self.capacity[target] - load[target] >= need[g]):
+          pass
+        else:  # the next target; a full one is never taken up again
+          if target >= 0:
+            full[target] = True
+          room = np.where(view.allowed[g] & ~full, self.capacity - load,
+                          -np.inf)
+          fits = np.intersect1d(np.flatnonzero(room >= need[g]), view.primary)
+          if not fits.size:  # no primary device has room: any other
+            fits = np.flatnonzero(room >= need[g])
+          if not fits.size:
+            continue
+          target = int(fits[np.lexsort((-room[fits],
+                                        view.duration[g, fits]))[0]])
+        group_devices[g] = target
+        load[j] -= need[g]
+        load[target] += need[g]
+    return group_devices
+
+  def _overflows(self, load: np.ndarray, slack: float):
+    """Yields (device, bytes to free) per over-full device, the most
+    over-full first; `load` is read as the caller moves groups."""
+    for j in np.argsort(self.capacity - load):
+      excess = (load[j] - self.capacity[j]) * (1.0 + slack)
+      if excess > 0:
+        yield int(j), excess
+
+  def _extent(self, mine, position, cut, excess, last, room, j) -> int:
+    """How many of `mine` (groups of device j, outermost first) move: at
+    least enough to cover `excess`, at most `EXTENT` times that, never all
+    of them nor more than the other primary devices have room for, ending
+    where the fewest bytes cross the layer order."""
+    total = np.cumsum(self.need[mine])
+    least = int(np.searchsorted(total, excess)) + 1
+    if least >= mine.size:
+      return mine.size
+    others = np.setdiff1d(self.view.primary, [j])
+    elsewhere = np.maximum(room[others], 0.0).sum() if others.size else (
+        np.inf)
+    most = int(np.searchsorted(total, min(EXTENT * excess, elsewhere),
+                               side="right"))
+    most = min(max(most, least), mine.size - 1)
+    where = position[mine]
+    # A block ends only between layers (a layer's groups share its
+    # position), the first such end at or after `most` included.
+    ends = np.flatnonzero(where[:-1] != where[1:]) + 1  # block sizes
+    ends = ends[ends >= least]
+    if not ends.size:
+      return least
+    ends = ends[:max(1, int(np.searchsorted(ends, most, side="right")))]
+    # The cut between the block and what stays: before the block's inner
+    # layer when the last layers move, before the first that stays when
+    # the first ones do.
+    at = where[ends - 1] if last else where[ends]
+    return int(ends[np.argmin(cut[at])])
 
   def _erode(self, group_devices: np.ndarray, load: np.ndarray, j: int,
              excess: float) -> float:
