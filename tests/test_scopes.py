@@ -23,6 +23,18 @@ def test_layers_get_ranks_on_a_common_scale_and_backward_ops_follow():
   assert counts[4, 0] == 0.0
 
 
+@pytest.mark.parametrize("name, forward", [
+    ("gradient_tape/disc/conv_1/Conv2D_grad", "disc/conv_1/Conv2D_grad"),
+    ("gradient_tape_1/gen/up_0/BiasAddGrad", "gen/up_0/BiasAddGrad"),
+    ("gradients_12/dense/MatMul_grad/MatMul", "dense/MatMul_grad/MatMul"),
+    ("gradient_tapes/dense/MatMul", None),
+    ("my_gradients/dense/MatMul", None),
+    ("dense/gradient_tape/MatMul", None)])
+def test_every_gradient_scope_tf_names_is_backward(name, forward):
+  # A second tape (a GAN's generator and discriminator) gets `_1`.
+  assert scopes.forward_name(name) == forward
+
+
 def test_numbers_rank_numerically_and_unnumbered_scopes_do_not_count():
   names = [f"stack_{s}/conv1d/layer_{l}/op" for s in (0, 1)
            for l in (2, 10, 9)]

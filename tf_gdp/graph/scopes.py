@@ -33,7 +33,10 @@ import numpy as np
 NUM_SLOTS = 2
 SCOPE_VOCAB = 256
 _COUNT_SCALE = 5.0
-_BACKWARD_PREFIXES = ("gradient_tape/", "gradients/")
+# The scopes TF puts gradients in: a GradientTape's or `tf.gradients`'s, and
+# the uniquified ones of a second tape or call (`gradient_tape_1/`), as in a
+# GAN step with one tape per network.
+_BACKWARD_PREFIX = re.compile(r"^(?:gradient_tape|gradients)(?:_\d+)?/")
 # A scope component that ends in a number after a letter or underscore:
 # `layer_3`, `t12`, `mixed10`, `conv2d_22` (not `conv2d`, not `3`).
 _NUMBERED = re.compile(r"^(.*[A-Za-z_])(\d+)$")
@@ -42,13 +45,12 @@ _NUMBERED = re.compile(r"^(.*[A-Za-z_])(\d+)$")
 def forward_name(name: str):
   """The forward name a backward op's name differentiates, else None.
 
-  `gradient_tape/layer_3/MatMul_1` -> `layer_3/MatMul_1`; a name outside
-  the backward scopes gives None.
+  `gradient_tape/layer_3/MatMul_1` -> `layer_3/MatMul_1` (also under
+  `gradient_tape_1/`, `gradients/`, `gradients_2/` ...); a name outside the
+  backward scopes gives None.
   """
-  for prefix in _BACKWARD_PREFIXES:
-    if name.startswith(prefix):
-      return name[len(prefix):]
-  return None
+  match = _BACKWARD_PREFIX.match(name)
+  return name[match.end():] if match else None
 
 
 def _forward_scopes(name: str) -> list:
