@@ -188,6 +188,32 @@ def test_acoustic_model_runs_both_directions_at_every_frame():
                                frames=7, batch=1), DEVICES)
 
 
+def test_gan_step_updates_both_networks_through_one_discriminator():
+  model = _variant("tiny_gan", families.GAN, image_size=8, base_filters=4,
+                   batch=2, noise_dim=3)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  # The discriminator judges real and generated images with one kernel.
+  judged = [n for n, t in zip(names, types_) if t == "Conv2D"
+            and n.startswith("discriminator/down0/")]
+  assert len(judged) == 2
+  # The generator's gradient flows back through the discriminator to the
+  # generated images.
+  to_images = [graph.output_shapes[i][0] for i, n in enumerate(names)
+               if types_[i] == "Conv2DBackpropInput"
+               and n.startswith("gradient_tape/discriminator/down0/Conv2D_1/")]
+  assert (2, 8, 8, 3) in to_images
+  # One update per trainable weight: the generator's projection, its batch
+  # norm's scale and offset and its output layer's kernel and bias, and the
+  # discriminator's convolution and logit layer, kernels and biases.
+  updates = [n for n, t in zip(names, types_) if t == "AssignSubVariableOp"
+             and "AssignMovingAvg" not in n]
+  assert len(updates) == 5 + 4
+  with pytest.raises(ValueError, match="power of two"):
+    store.build_graph(_variant("bad", families.GAN, image_size=48,
+                               base_filters=4, batch=1), DEVICES)
+
+
 def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
   vocabularies, dim, batch = (1000, 300, 70), 8, 4
   dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,

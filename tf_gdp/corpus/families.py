@@ -9,9 +9,9 @@ the split is by family and fixed here: a policy is pre-trained on the
 
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
-recommender and a speech recognizer's acoustic model written with tf_keras
-layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
-`speech`), the zoo's models (`tf_gdp.zoo`, with
+recommender, a speech recognizer's acoustic model and a GAN written with
+tf_keras layers (`transformers`, `recurrent`, `vision_models`,
+`recommenders`, `speech`, `gan`), the zoo's models (`tf_gdp.zoo`, with
 knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
 
@@ -24,9 +24,10 @@ EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
- SPEECH, ZOO, GENERATED) = (
+ SPEECH, GAN, ZOO, GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
-     "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "zoo", "generated")
+     "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "zoo",
+     "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +94,14 @@ def _acoustic_models(sizes):
       for layers, hidden, frames, batch in sizes])
 
 
+def _gans(sizes):
+  """(image size, base filters, batch) per variant."""
+  return _variants("gan", GAN, [
+      (f"dcgan_i{image}_f{filters}_b{batch}",
+       dict(image_size=image, base_filters=filters, batch=batch))
+      for image, filters, batch in sizes])
+
+
 def _unets(sizes):
   """(depth, filters, image size, batch) per variant."""
   return _variants("unet", UNET, [
@@ -131,6 +140,9 @@ def _dlrms(sizes):
                        dense_features=13, bottom=bottom, top=top,
                        batch=batch)))
   return _variants("recommender", DLRM, named)
+
+
+GAN_SIZES = ((64, 64, 64), (128, 64, 128), (128, 128, 512), (256, 64, 256))
 
 
 def _zoo(family, items):
@@ -255,6 +267,9 @@ _FAMILIES = (
            "(corpus.speech)",
            _acoustic_models([(2, 256, 40, 32), (3, 512, 40, 64),
                              (4, 1024, 40, 256)])),
+    Family("gan", EVAL, "DCGAN: a generator and a discriminator trained in "
+           "one step, two tapes, two Adams (corpus.gan)",
+           _gans(GAN_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -112,6 +112,7 @@ def _extract(variant: families.Variant):
   # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract
   from tf_gdp import zoo
+  from tf_gdp.corpus import gan
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
   from tf_gdp.corpus import speech
@@ -134,6 +135,7 @@ def _extract(variant: families.Variant):
       families.MIXER: lambda: vision_models.mlp_mixer(**args),
       families.DLRM: lambda: recommenders.dlrm(**args),
       families.SPEECH: lambda: speech.acoustic_model(**args),
+      families.GAN: lambda: gan.dcgan(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
