@@ -2,6 +2,7 @@
 
 import glob
 import json
+import math
 import os
 import subprocess
 import sys
@@ -242,6 +243,16 @@ def test_imitation_is_deterministic_for_a_seed(tasks, cached):
     assert a["accuracy"] == b["accuracy"]
 
 
+def test_keep_best_prefers_fewer_invalid_placements_to_a_lower_mean():
+  # The geometric mean leaves invalid placements out, so it cannot decide
+  # alone: an epoch that makes a held-out graph unplaceable never wins.
+  key = imitation._validation_key  # pylint: disable=protected-access
+  all_valid = key({"invalid": 0, "greedy_ratio": 3.0})
+  one_invalid = key({"invalid": 1, "greedy_ratio": 1.1})
+  none_valid = key({"invalid": 2, "greedy_ratio": math.nan})
+  assert all_valid < one_invalid < none_valid
+
+
 def test_held_out_tasks_are_judged_and_the_best_epoch_is_kept(tasks, cached):
   _, found = cached
   env, policy = _fresh(tasks[:1])
@@ -254,6 +265,8 @@ def test_held_out_tasks_are_judged_and_the_best_epoch_is_kept(tasks, cached):
   judged = {row["epoch"]: row["validation_ratio"] for row in stats["history"]
             if "validation_ratio" in row}
   assert sorted(judged) == [2, 4, 6]
+  assert all(row["validation_invalid"] == 0 for row in stats["history"]
+             if "validation_ratio" in row)
   judged[0] = stats["validation_start"]
   assert all(ratio >= 1.0 - 1e-9 for ratio in judged.values())
   best = min(judged, key=lambda epoch: (judged[epoch], epoch))

@@ -84,7 +84,8 @@ class ImitationConfig:
       judged against their targets every this many epochs (0: at the end
       only).
     keep_best: with validation tasks, end with the weights of the epoch
-      whose validation greedy / target was lowest (early stopping).
+      whose greedy placements were invalid on the fewest validation tasks,
+      and among those had the lowest greedy / target (early stopping).
   """
   epochs: int = 0
   evaluations: int = search_targets.DEFAULT_EVALUATIONS
@@ -127,8 +128,9 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
 
   `validation` (env, targets) are tasks never trained on, judged the same
   way every `config.validate_every` epochs and at the end: each history
-  row judged gains validation_ratio, and the statistics gain validation
-  (the last judgement: per task and geometric mean), validation_start
+  row judged gains validation_ratio and validation_invalid, and the
+  statistics gain validation (the last judgement: per task, geometric mean
+  and how many are invalid), validation_start
   (the geometric mean before the first epoch, when judged every few
   epochs) and, with `config.keep_best`, best_epoch (whose weights the
   policy ends with; 0: the policy as it started).
@@ -168,10 +170,10 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
   judge = _Validation(policy, validation, config) if validation else None
   best = None  # (ratio, epoch, weights)
   if judge is not None and config.validate_every and config.epochs:
-    start = judge.judge()["greedy_ratio"]
-    stats["validation_start"] = start  # the policy before any epoch
+    start = judge.judge()
+    stats["validation_start"] = start["greedy_ratio"]  # before any epoch
     if config.keep_best:
-      best = (start if math.isfinite(start) else math.inf, 0,
+      best = (_validation_key(start), 0,
               [v.numpy() for v in policy.variables])
   for epoch in range(1, config.epochs + 1):
     clock = time.perf_counter()
@@ -188,10 +190,10 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
         config.validate_every and epoch % config.validate_every == 0)):
       stats["validation"] = judge.judge()
       row["validation_ratio"] = stats["validation"]["greedy_ratio"]
-      ratio = (row["validation_ratio"]
-               if math.isfinite(row["validation_ratio"]) else math.inf)
-      if config.keep_best and (best is None or ratio < best[0]):
-        best = (ratio, epoch, [v.numpy() for v in policy.variables])
+      row["validation_invalid"] = stats["validation"]["invalid"]
+      key = _validation_key(stats["validation"])
+      if config.keep_best and (best is None or key < best[0]):
+        best = (key, epoch, [v.numpy() for v in policy.variables])
     stats["history"].append(row)
     log(f"imitation epoch {epoch}/{config.epochs}: loss {row['loss']:.4f}, "
         f"accuracy {row['accuracy']:.3f}" + (
@@ -206,7 +208,7 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
     if best[1] != config.epochs:
       stats["validation"] = judge.judge()
     log(f"imitation: the weights of epoch {best[1]} (validation greedy / "
-        f"target {best[0]:.3f})")
+        f"target {best[0][1]:.3f}, {best[0][0]} invalid)")
   loss, accuracy, greedy = _final_pass(policy, env, indices, labels, masks,
                                        symmetries, config.graphs_per_step)
   stats.update(loss=loss, accuracy=accuracy)
@@ -239,9 +241,11 @@ class _Validation:
     self.size = config.graphs_per_step
 
   def judge(self) -> dict:
-    """{"tasks", "greedy_ratio", "evaluations"} of `_judge_greedy`."""
+    """{"tasks", "greedy_ratio", "invalid", "evaluations"} of
+    `_judge_greedy`."""
     if not self.indices:
-      return {"tasks": {}, "greedy_ratio": math.nan, "evaluations": 0}
+      return {"tasks": {}, "greedy_ratio": math.nan, "invalid": 0,
+              "evaluations": 0}
     _, _, greedy = _final_pass(self.policy, self.env, self.indices,
                                self.labels, self.masks, self.symmetries,
                                self.size)
@@ -251,8 +255,9 @@ class _Validation:
 def _judge_greedy(env, targets, greedy) -> dict:
   """Each task's greedy placement, repaired as zero-shot ones are, over its
   target: tasks (name -> step_time_us, target_us, ratio, valid, repaired),
-  greedy_ratio (geometric mean over the valid ones; NaN without any) and
-  evaluations (the repair's simulations)."""
+  greedy_ratio (geometric mean over the valid ones; NaN without any),
+  invalid (how many the repair could not make valid) and evaluations (the
+  repair's simulations)."""
   tasks, ratios, evaluations = {}, [], 0
   for i, devices in greedy.items():
     task, target = env.tasks[i], targets[i]
@@ -268,8 +273,16 @@ def _judge_greedy(env, targets, greedy) -> dict:
     if fixed.valid:
       ratios.append(ratio)
   return {"tasks": tasks, "evaluations": evaluations,
+          "invalid": len(tasks) - len(ratios),
           "greedy_ratio": (float(np.exp(np.mean(np.log(ratios))))
                            if ratios else math.nan)}
+
+
+def _validation_key(judged: dict) -> tuple:
+  """What `keep_best` minimises: invalid placements first (the geometric
+  mean leaves them out, so a lower mean could hide one), then the mean."""
+  ratio = judged["greedy_ratio"]
+  return (judged["invalid"], ratio if math.isfinite(ratio) else math.inf)
 
 
 def pretrain_phase(trainer, config: ImitationConfig, *,
