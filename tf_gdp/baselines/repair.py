@@ -24,16 +24,16 @@ returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
       (b) or first (c) layers move as one block, a layer with its
       gradients and updates, enough to cover the overflow by the memory
       estimate (`common.memory_model`) and up to `repair_moves.EXTENT`
-      times that,
-      ending at the cut of the layer order fewest bytes cross; they go to
-      the device of the layers beyond the block if it has room (a stage
-      boundary moves), else to the fastest primary device with room. A
-      training step that overflows one device this way becomes a pipeline
-      of whole layers, where a spill of single groups would part forward
-      from backward passes and send every activation over a link.
-   Each way is simulated again after each round; the slack doubles each
-   round, because a moved group's outputs may not be live at the
-   device's peak.
+      times that, ending at the cut of the layer order fewest bytes
+      cross; they go to the device of the layers beyond the block if it
+      has room (a stage boundary moves), else to the fastest primary
+      device with room. A training step that overflows one device this
+      way becomes a pipeline of whole layers, where a spill of single
+      groups would part forward from backward passes and send every
+      activation over a link.
+   Each way is simulated again after each round that moved something;
+   the slack doubles each round, because a moved group's outputs may not
+   be live at the device's peak.
 3. If that still does not fit, the repair starts over from a memory-first
    fill: groups in topological order, the primary devices (the GPUs of a
    GPU box) filled up to their share of the estimated need
@@ -145,7 +145,7 @@ def repair_batch(graph: op_graph.OpGraph, topology: topology_lib.Topology,
     # Step 2: each way of moving groups off, from the given placement; the
     # fastest valid result per row.
     tried = [_rounds(graph, topology, view, move, groups[pending],
-                     peak[pending])
+                     peak[pending], step[pending])
              for move in (work.spill, work.shift_last, work.shift_first)]
     for attempt in tried:
       evaluations[pending] += attempt[4]
@@ -168,7 +168,7 @@ def repair_batch(graph: op_graph.OpGraph, topology: topology_lib.Topology,
         break
       (groups[pending], peak[pending], step[pending], valid[pending],
        used) = _rounds(graph, topology, view, work.spill, groups[pending],
-                       peak[pending])
+                       peak[pending], step[pending])
       evaluations[pending] += used
       pending = pending[~valid[pending]]
     for b in pending:
@@ -212,24 +212,26 @@ def _judge(graph, topology, view, group_devices):
           result.valid)
 
 
-def _rounds(graph, topology, view, move, group_devices, peak):
+def _rounds(graph, topology, view, move, group_devices, peak, step):
   """(groups, peak, step, valid, evaluations) per row after up to ROUNDS
   `move`s, each judged, until the row is valid; the slack doubles each
-  round, because a moved group's outputs may not be live at the peak."""
-  group_devices, peak = group_devices.copy(), peak.copy()
+  round, because a moved group's outputs may not be live at the peak. A
+  move that changes nothing is not simulated again."""
+  group_devices, peak, step = group_devices.copy(), peak.copy(), step.copy()
   rows = np.arange(len(group_devices))
-  step = np.full(rows.size, np.inf)
   valid = np.zeros(rows.size, np.bool_)
   used = np.zeros(rows.size, np.int64)
   for round_index in range(ROUNDS):
     if not rows.size:
       break
     slack = SLACK * 2.0**round_index
-    group_devices[rows] = np.stack([move(group_devices[b], peak[b], slack)
-                                    for b in rows])
-    peak[rows], step[rows], valid[rows] = _judge(graph, topology, view,
-                                                 group_devices[rows])
-    used[rows] += 1
+    moved = np.stack([move(group_devices[b], peak[b], slack) for b in rows])
+    changed = rows[(moved != group_devices[rows]).any(axis=1)]
+    group_devices[rows] = moved
+    if changed.size:
+      peak[changed], step[changed], valid[changed] = _judge(
+          graph, topology, view, group_devices[changed])
+      used[changed] += 1
     rows = rows[~valid[rows]]
   return group_devices, peak, step, valid, used
 
