@@ -214,6 +214,28 @@ def test_gan_step_updates_both_networks_through_one_discriminator():
                                base_filters=4, batch=1), DEVICES)
 
 
+def test_detector_predicts_on_three_levels_of_one_pyramid():
+  model = _variant("tiny_detector", families.DETECTOR, image_size=64, width=4,
+                   batch=2, blocks=1, pyramid=8, classes=2, anchors=1)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  shape = {n: graph.output_shapes[i][0] for i, n in enumerate(names)
+           if graph.output_shapes[i]}
+  # Class and box maps at strides 8, 16 and 32 of the 64-pixel images.
+  for level, cells in ((3, 8), (4, 4), (5, 2)):
+    assert shape[f"detector/p{level}/class_out/BiasAdd"] == (2, cells, cells, 2)
+    assert shape[f"detector/p{level}/box_out/BiasAdd"] == (2, cells, cells, 4)
+  # The top-down path: each finer level adds the coarser one, upsampled with
+  # static shapes (so that every tensor is priced).
+  assert shape["detector/p3/upsample/Reshape_1"] == (2, 8, 8, 8)
+  assert shape["detector/p4/upsample/Reshape_1"] == (2, 4, 4, 8)
+  # Every convolution's kernel is trained.
+  assert types_.count("Conv2DBackpropFilter") == types_.count("Conv2D") > 30
+  with pytest.raises(ValueError, match="multiple of 32"):
+    store.build_graph(_variant("bad", families.DETECTOR, image_size=100,
+                               width=4, batch=1), DEVICES)
+
+
 def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
   vocabularies, dim, batch = (1000, 300, 70), 8, 4
   dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,

@@ -9,9 +9,10 @@ the split is by family and fixed here: a policy is pre-trained on the
 
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
-recommender, a speech recognizer's acoustic model and a GAN written with
-tf_keras layers (`transformers`, `recurrent`, `vision_models`,
-`recommenders`, `speech`, `gan`), the zoo's models (`tf_gdp.zoo`, with
+recommender, a speech recognizer's acoustic model, a GAN and an object
+detector written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`), the zoo's
+models (`tf_gdp.zoo`, with
 knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
 
@@ -24,10 +25,10 @@ EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
- SPEECH, GAN, ZOO, GENERATED) = (
+ SPEECH, GAN, DETECTOR, ZOO, GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
-     "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "zoo",
-     "generated")
+     "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
+     "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +103,14 @@ def _gans(sizes):
       for image, filters, batch in sizes])
 
 
+def _detectors(sizes):
+  """(image size, backbone width, batch) per variant."""
+  return _variants("detector", DETECTOR, [
+      (f"detector_i{image}_w{width}_b{batch}",
+       dict(image_size=image, width=width, batch=batch))
+      for image, width, batch in sizes])
+
+
 def _unets(sizes):
   """(depth, filters, image size, batch) per variant."""
   return _variants("unet", UNET, [
@@ -143,6 +152,7 @@ def _dlrms(sizes):
 
 
 GAN_SIZES = ((64, 64, 64), (128, 64, 128), (128, 128, 512), (256, 64, 256))
+DETECTOR_SIZES = ((256, 32, 8), (512, 64, 32), (640, 64, 32), (512, 96, 48))
 
 
 def _zoo(family, items):
@@ -270,6 +280,10 @@ _FAMILIES = (
     Family("gan", EVAL, "DCGAN: a generator and a discriminator trained in "
            "one step, two tapes, two Adams (corpus.gan)",
            _gans(GAN_SIZES)),
+    Family("detector", EVAL, "single-stage object detector: residual "
+           "backbone, feature pyramid, class and box heads per level, Adam "
+           "(corpus.detector)",
+           _detectors(DETECTOR_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

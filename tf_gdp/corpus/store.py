@@ -112,6 +112,7 @@ def _extract(variant: families.Variant):
   # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract
   from tf_gdp import zoo
+  from tf_gdp.corpus import detector
   from tf_gdp.corpus import gan
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
@@ -136,6 +137,7 @@ def _extract(variant: families.Variant):
       families.DLRM: lambda: recommenders.dlrm(**args),
       families.SPEECH: lambda: speech.acoustic_model(**args),
       families.GAN: lambda: gan.dcgan(**args),
+      families.DETECTOR: lambda: detector.single_stage_detector(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
