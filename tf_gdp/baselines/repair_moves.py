@@ -127,9 +127,9 @@ class Moves:
     view = self.view
     group_devices = group_devices.copy()
     load = peak.astype(np.float64)
+    need = self.need
+    rank, position, cut = self.layers
     for j, excess in self._overflows(load, slack):
-      need = self.need
-      rank, position, cut = self.layers
       mine = np.flatnonzero((group_devices == j) & self.movable & (need > 0))
       mine = mine[np.argsort(rank[mine], kind="stable")]
       if last:
@@ -146,10 +146,9 @@ class Moves:
         if k != j and k in view.primary:
           target = k
       for g in mine[:covered][::-1]:
-        if target >= 0 and view.allowed[g, target] and (
-            self.capacity[target] - load[target] >= need[g]):
-          pass
-        else:  # the next target; a full one is never taken up again
+        if target < 0 or not view.allowed[g, target] or (
+            self.capacity[target] - load[target] < need[g]):
+          # The next target; a full one is never taken up again.
           if target >= 0:
             full[target] = True
           room = np.where(view.allowed[g] & ~full, self.capacity - load,
