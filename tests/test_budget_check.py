@@ -17,6 +17,7 @@ from tf_gdp.bench import budget_check
 from tf_gdp.bench import gdp_eval
 from tf_gdp.bench import gdp_search
 from tf_gdp.bench import harness
+from tf_gdp.cost import simulator
 from tf_gdp.cost import topology
 
 TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
@@ -79,8 +80,11 @@ def test_every_search_keeps_to_its_budget(result):
     assert gdp["evaluations"] == (gdp["zeroshot_evaluations"] +
                                   gdp["reference_evaluations"] +
                                   gdp["finetune_evaluations"])
-    assert gdp["finetune_evaluations"] == (per_iteration *
-                                           gdp["finetune_iterations"]) > 0
+    # PPO's whole iterations, then the polish's local moves to the budget.
+    assert gdp["finetune_iterations"] > 0
+    assert gdp["finetune_evaluations"] > (per_iteration *
+                                          gdp["finetune_iterations"])
+    assert gdp["evaluations"] == budget
     assert entry["gdp_over_local_search"] == pytest.approx(
         gdp["step_time_us"] / by_method["local_search"]["step_time_us"])
   assert result["hdp_default"] == result["budgets"][1]["rows"][2]
@@ -223,3 +227,30 @@ def test_hdp_runs_only_where_asked(loaded, tiny_policy, mode):
     budget_check.check_graph(loaded, "x", DEVICES, budgets=BUDGETS,
                              policy=tiny_policy, samples=SAMPLES, seed=0,
                              hdp_mode="some")
+
+
+def test_the_polish_spends_the_rest_of_the_budget_and_never_worsens(
+    loaded, tiny_policy):
+  from tf_gdp.rl import placement_task  # pylint: disable=g-import-not-at-top
+  from tf_gdp.rl import zero_shot  # pylint: disable=g-import-not-at-top
+  task = placement_task.PlacementTask(loaded.graph, topology.get(DEVICES),
+                                      name="layered_30")
+  shot = zero_shot.zeroshot(tiny_policy, task, samples=SAMPLES, seed=0)
+  runs = {share: gdp_search.run(tiny_policy, task, samples=SAMPLES, seed=0,
+                                shot=shot, finetune_evaluations=60,
+                                polish_share=share)
+          for share in (0.0, 0.5)}
+  ppo_only, polished = runs[0.0], runs[0.5]
+  # Half the budget is PPO's (whole iterations of 1 + SAMPLES), the rest
+  # local moves, so the polished run uses all 60.
+  assert ppo_only.finetune_evaluations <= 60
+  assert polished.finetune_evaluations == 60
+  assert polished.finetune_iterations == 30 // (1 + SAMPLES)
+  values = [t for _, t in polished.curve]
+  assert all(b <= a for a, b in zip(values, values[1:]))
+  assert polished.curve[-1][0] <= polished.evaluations
+  judged = simulator.simulate(loaded.graph, polished.placement,
+                              topology.get(DEVICES))
+  assert judged.valid
+  assert judged.step_time_us == pytest.approx(polished.step_time_us)
+  assert polished.step_time_us <= values[0]

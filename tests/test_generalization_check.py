@@ -32,7 +32,7 @@ TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
                "placer_layers": 1, "num_heads": 2, "ffn_size": 32,
                "segment_length": 8, "memory_length": 8, "seed": 3}
 SAMPLES = 16  # a zero-shot budget of 17, as in the benchmark
-BUDGET = 60  # the reference and two fine-tuning iterations fit
+BUDGET = 60  # the reference, one PPO iteration and its polish fit
 DEVICES = ("p100x2", "p100x3")
 METHODS = ("single_device", "m_topo", "m_etf", "metis", "stage_pipeline")
 
@@ -115,7 +115,10 @@ def test_every_field_is_there_per_graph_topology_and_policy(results):
       # The fine-tuned run starts from the same zero-shot pass.
       assert tuned["curve"][:len(zero["curve"])] == zero["curve"]
       assert tuned["step_time_us"] <= zero["step_time_us"] * (1 + 1e-9)
-      assert tuned["within_budget"] and tuned["finetune_iterations"] == 2
+      # PPO gets half of what the reference leaves (one iteration of 17),
+      # local moves the rest (`rl.polish`).
+      assert tuned["within_budget"] and tuned["finetune_iterations"] == 1
+      assert tuned["evaluations"] == BUDGET
       assert tuned["reference_evaluations"] == result["reference_evaluations"]
       assert tuned["evaluations"] == (17 + tuned["reference_evaluations"] +
                                       tuned["finetune_evaluations"])

@@ -98,3 +98,27 @@ def test_bad_budget_is_an_input_error():
   graph, topo = _layered()
   with pytest.raises(errors.InputError, match="evaluations >= 1"):
     baselines.run("local_search", graph, topo, evaluations=0)
+
+
+def test_climb_from_a_given_start_never_returns_worse_and_keeps_the_budget():
+  graph, topo = _layered("p100x4")
+  start = np.zeros(graph.num_nodes, np.int32)
+  start_us = simulator.simulate(graph, start, topo).step_time_us
+  climbed = local_search.climb(graph, topo, start, start_us, evaluations=96,
+                               used=16, seed=2)
+  assert climbed.evaluations == 96 and climbed.rounds == 5
+  assert climbed.step_time_us < start_us  # one device is far from best here
+  judged = simulator.simulate(graph, climbed.placement, topo)
+  assert judged.valid
+  assert judged.step_time_us == pytest.approx(climbed.step_time_us)
+  assert climbed.curve[0] == [16, start_us]
+  assert climbed.curve[-1] == [96, climbed.step_time_us]
+
+
+def test_climb_without_budget_returns_the_start_as_given():
+  graph, topo = _layered("p100x4")
+  start = np.arange(graph.num_nodes, dtype=np.int32) % 4
+  climbed = local_search.climb(graph, topo, start, 123.0, evaluations=10,
+                               used=10)
+  np.testing.assert_array_equal(climbed.placement, start)
+  assert climbed.step_time_us == 123.0 and climbed.rounds == 0

@@ -3,10 +3,11 @@
 Zero-shot is one forward pass of the policy: the greedy placement plus a
 handful of samples, each repaired to fit memory, judged by the simulator.
 With a budget the policy is then fine-tuned on this graph (PPO on the
-executed, repaired placements) and the better of the two is kept; both
-are the policy's own placements.
+executed, repaired placements), the better of the two is kept, and the
+last share of the budget polishes it with local moves (`rl.polish`).
 """
 
+import math
 import os
 import time
 from typing import Optional
@@ -74,9 +75,13 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
   if budget_seconds > 0 or budget_evaluations:
     # pylint: disable=g-import-not-at-top
     import tensorflow as tf
+    from tf_gdp.rl import polish
     from tf_gdp.rl import train_config
     from tf_gdp.rl import workflows
     # pylint: enable=g-import-not-at-top
+    # The robust objective's fine-tuning is PPO alone: the polish judges by
+    # the nominal model.
+    share = 0.0 if robust_members else polish.POLISH_SHARE
     config = train_config.TrainConfig(
         graphs_per_iteration=1, samples_per_graph=max(samples, 2), seed=seed,
         log_every_seconds=30.0, checkpoint_every_seconds=1e9,
@@ -87,8 +92,8 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
     tf.keras.utils.set_random_seed(seed)
     tuned = workflows.finetune(
         policy_path, task, budget=train_config.Budget(
-            seconds=budget_seconds or None,
-            evaluations=budget_evaluations or None),
+            seconds=polish.ppo_share(budget_seconds or None, share),
+            evaluations=polish.ppo_share(budget_evaluations or None, share)),
         config=config, log=log or (lambda line: None))
     best = tuned.best[task.name]
     evaluations += tuned.evaluations
@@ -103,7 +108,19 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
                                     seed=ensemble.OBJECTIVE_SEED)
       tuned_us, shot_us = np.median(objective.step_times(
           np.stack([best.placement, shot.placement])), axis=0)
+    chosen_us = shot.step_time_us if shot.valid else math.inf
     if best is not None and (tuned_us < shot_us or not shot.valid):
-      placement = best.placement
+      placement, chosen_us = best.placement, best.step_time_us
+    if share and math.isfinite(chosen_us):
+      climbed = polish.polish(
+          graph, topology, placement, chosen_us, seed=seed,
+          evaluations=(max(budget_evaluations - tuned.evaluations, 0)
+                       if budget_evaluations else None),
+          seconds=(max(budget_seconds - tuned.seconds, 0.0)
+                   if budget_seconds else None))
+      evaluations += climbed.evaluations
+      details.update(polish_evaluations=climbed.evaluations,
+                     polish_step_time_us=climbed.step_time_us)
+      placement = climbed.placement
   return (np.asarray(placement, np.int32), time.perf_counter() - started,
           evaluations, details)

@@ -31,6 +31,7 @@ simulated-annealing step.
 Deterministic for a given seed.
 """
 
+import dataclasses
 import math
 import time
 from typing import Optional
@@ -67,9 +68,55 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
         f"local_search needs evaluations >= 1, batch >= 1 and temperature "
         f">= 0; got {evaluations}, {batch}, {temperature}")
   clock = time.perf_counter()
-  view = common.group_view(graph, topology)
   start, current, used = _start(graph, topology, seed)
-  current_group = start[view.members[view.member_ptr[:-1]]].astype(np.int64)
+  if seconds is not None:
+    seconds = max(0.0, seconds - (time.perf_counter() - clock))
+  climbed = climb(graph, topology, start, current, evaluations=evaluations,
+                  used=used, seed=seed, seconds=seconds, batch=batch,
+                  temperature=temperature)
+  common.note("rounds", climbed.rounds)
+  common.note("accepted", climbed.accepted)
+  common.note("best_so_far", climbed.curve)
+  return climbed.placement
+
+
+@dataclasses.dataclass
+class Climb:
+  """What `climb` found.
+
+  Attributes:
+    placement: int32[num_nodes] the best placement seen (the start if no
+      move beat it).
+    step_time_us: its step time (inf if neither it nor any move was valid).
+    evaluations: the budget's evaluations used in all, `used` included.
+    curve: [[evaluations, best step time us]] at the start and after every
+      round that improved it, then at the end.
+    rounds: rounds of moves simulated.
+    accepted: rounds whose best move replaced the current placement.
+  """
+  placement: np.ndarray
+  step_time_us: float
+  evaluations: int
+  curve: list
+  rounds: int
+  accepted: int
+
+
+def climb(graph: op_graph.OpGraph, topology: topology_lib.Topology,
+          start: np.ndarray, start_step_time_us: float, *, evaluations: int,
+          used: int = 0, seed: int = 0, seconds: Optional[float] = None,
+          batch: int = 16, temperature: float = 0.01) -> Climb:
+  """Hill climbing with annealing from `start` (module doc: moves, budget).
+
+  `start_step_time_us` is the start's simulated step time (inf if it does
+  not fit); `used` evaluations of the `evaluations` budget are already
+  spent, and the annealing cools over the rest.
+  """
+  clock = time.perf_counter()
+  view = common.group_view(graph, topology)
+  current = float(start_step_time_us)
+  current_group = np.asarray(start)[
+      view.members[view.member_ptr[:-1]]].astype(np.int64)
   best_group, best = current_group, current
   curve = [[used, best]] if math.isfinite(best) else []
   moves = _Moves(view, np.random.default_rng(seed))
@@ -94,10 +141,13 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       curve.append([used, float(best)])
   if math.isfinite(best) and curve[-1][0] != used:
     curve.append([used, best])
-  common.note("rounds", rounds)
-  common.note("accepted", accepted)
-  common.note("best_so_far", curve)
-  return view.expand(best_group)
+  # Unimproved, the start comes back as given, even where it splits a
+  # colocation group.
+  placement = (view.expand(best_group) if best < start_step_time_us
+               else np.asarray(start))
+  return Climb(placement=np.asarray(placement, np.int32), step_time_us=best,
+               evaluations=used, curve=curve, rounds=rounds,
+               accepted=accepted)
 
 
 def _start(graph, topology, seed: int):

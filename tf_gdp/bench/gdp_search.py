@@ -19,6 +19,7 @@ count between the zero-shot and the fine-tuning evaluations.
 
 import dataclasses
 import math
+import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -26,6 +27,7 @@ import tensorflow as tf
 
 from tf_gdp import errors
 from tf_gdp.rl import placement_task
+from tf_gdp.rl import polish as polish_lib
 from tf_gdp.rl import train_config
 from tf_gdp.rl import workflows
 from tf_gdp.rl import zero_shot
@@ -113,11 +115,15 @@ def run(policy: str, task: placement_task.PlacementTask, *, samples: int,
         finetune_evaluations: Optional[int] = None,
         reference_evaluations: int = 0,
         shot: Optional[zero_shot.ZeroShotResult] = None,
+        polish_share: Optional[float] = None,
         log: Callable[[str], None] = lambda line: None) -> GdpRun:
   """Zero-shot (or the given `shot`), then fine-tuning (module doc)."""
   config = train_settings(samples, seed)
-  budget = finetune_budget(config, seconds=finetune_seconds,
-                           evaluations=finetune_evaluations)
+  if polish_share is None:
+    polish_share = polish_lib.POLISH_SHARE
+  budget = finetune_budget(
+      config, seconds=polish_lib.ppo_share(finetune_seconds, polish_share),
+      evaluations=polish_lib.ppo_share(finetune_evaluations, polish_share))
   if shot is None:
     shot = zero_shot.zeroshot(policy, task, samples=samples, seed=seed)
   curve = shot_curve(shot)
@@ -148,5 +154,29 @@ def run(policy: str, task: placement_task.PlacementTask, *, samples: int,
   found.finetune_evaluations = tuned.evaluations
   found.finetune_iterations = tuned.iterations
   found.finetune_seconds = tuned.seconds
+  if math.isfinite(found.step_time_us) and polish_share > 0:
+    _polish(found, task, seed=seed, seconds=finetune_seconds,
+            evaluations=finetune_evaluations)
   return found
+
+
+def _polish(found: GdpRun, task, *, seed: int, seconds: Optional[float],
+            evaluations: Optional[int]) -> None:
+  """Spends the rest of the budget on local moves from `found`'s best."""
+  started = time.perf_counter()
+  climbed = polish_lib.polish(
+      task.graph, task.topology, found.placement, found.step_time_us,
+      evaluations=(None if evaluations is None
+                   else max(evaluations - found.finetune_evaluations, 0)),
+      seconds=(None if seconds is None
+               else max(seconds - found.finetune_seconds, 0.0)), seed=seed)
+  offset = found.evaluations
+  for count, value in climbed.curve[1:]:
+    found.curve.append([offset + count, min(found.curve[-1][1], value)])
+  if climbed.step_time_us < found.step_time_us:
+    found.placement, found.step_time_us = (climbed.placement,
+                                           climbed.step_time_us)
+    found.chosen = "polished"
+  found.finetune_evaluations += climbed.evaluations
+  found.finetune_seconds += time.perf_counter() - started
 

@@ -87,11 +87,13 @@ def check_graph(loaded, label: str, devices: str, *,
                 policies: Dict[str, str], budget: int, samples: int,
                 seed: int,
                 methods: Sequence[str] = budget_check.ONE_SHOT_METHODS,
+                polish_share: Optional[float] = None,
                 log=harness.stderr_progress) -> dict:
   """Every policy and local_search on one graph and topology (module doc).
 
   `policies` maps a name to a saved policy (`policy_controls.prepare`);
-  `methods` are the one-shot baselines the ratios are to.
+  `methods` are the one-shot baselines the ratios are to; `polish_share`
+  is fine-tuning's (`gdp_search.run`).
   """
   # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import placement_task
@@ -122,7 +124,7 @@ def check_graph(loaded, label: str, devices: str, *,
       row = budget_check.gdp_row(
           loaded, task, shot, n, policy=path, samples=samples, seed=seed,
           reference_evaluations=reference, best_us=best_us, log=log,
-          method=method)
+          method=method, polish_share=polish_share)
       budget_check.log_row(log, f"{label} / {name}", row)
       return row
 
@@ -304,6 +306,7 @@ def write_results(results, settings: dict, started: float,
 def run(sources, device_list: Sequence[str], names: Sequence[str], *,
         pretrained: str, budget: int, samples: int, seed: int,
         methods: Sequence[str] = budget_check.ONE_SHOT_METHODS,
+        polish_share: Optional[float] = None,
         log=harness.stderr_progress) -> list:
   """Every graph of `sources` on every topology (module doc); its results.
 
@@ -326,7 +329,8 @@ def run(sources, device_list: Sequence[str], names: Sequence[str], *,
                                                 topology_lib.get(devices)))
         results.append(check_graph(
             loaded, source.label, devices, policies=policies, budget=budget,
-            samples=samples, seed=seed, methods=methods, log=log))
+            samples=samples, seed=seed, methods=methods,
+            polish_share=polish_share, log=log))
   return results
 
 
@@ -343,11 +347,13 @@ def main(argv):
   names = policy_controls.parse(_POLICIES.value)
   results = run(sources, device_list, names,
                 pretrained=_POLICY.value or gdp_method.PRETRAINED_POLICY,
-                budget=_BUDGET.value, samples=_SAMPLES.value, seed=_SEED.value)
+                budget=_BUDGET.value, samples=_SAMPLES.value, seed=_SEED.value,
+                polish_share=_POLISH_SHARE.value)
   print(format_table(results))
   write_results(results, {
       "graphs": _GRAPHS.value, "devices": device_list, "policies": names,
       "budget": _BUDGET.value, "samples": _SAMPLES.value, "seed": _SEED.value,
+      "polish_share": _POLISH_SHARE.value,
       "policy": _POLICY.value or "shipped"}, started, _JSON_OUT.value)
 
 
@@ -383,6 +389,10 @@ if __name__ == "__main__":
       "iteration.", lower_bound=2)
   _SEED = flags.DEFINE_integer("seed", 0, "Seed of every search and of the "
                                "random policy's weights.")
+  _POLISH_SHARE = flags.DEFINE_float(
+      "polish_share", None, "Share of fine-tuning's budget spent on local "
+      "moves after PPO (default: rl.polish.POLISH_SHARE); 0: PPO alone.",
+      lower_bound=0.0, upper_bound=0.95)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   flags.register_validator("policies", _validator(policy_controls.parse))
   flags.register_validator("devices", _validator(parse_devices))
