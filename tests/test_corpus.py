@@ -236,6 +236,31 @@ def test_detector_predicts_on_three_levels_of_one_pyramid():
                                width=4, batch=1), DEVICES)
 
 
+def test_switch_layer_routes_tokens_to_experts_with_their_own_weights():
+  model = _variant("tiny_moe", families.MOE, layers=2, hidden=8, experts=3,
+                   seq=4, batch=2, heads=2, vocab=20, ffn=16)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  shape = {n: graph.output_shapes[i][0] for i, n in enumerate(names)
+           if len(graph.output_shapes[i]) == 1}
+  # 8 tokens over 3 experts at capacity factor 1.25: queues of 4 tokens,
+  # dispatched in one einsum and served by each expert's own layers.
+  assert shape["block1/switch/dispatch/einsum/Einsum"] == (3, 4, 8)
+  for e in range(3):
+    assert shape[f"block1/switch/expert{e}/ffn_in/MatMul"] == (4, 16)
+    assert shape[f"block1/switch/expert{e}/ffn_out/MatMul"] == (4, 8)
+    # Each expert's kernel has its own gradient.
+    assert shape[f"gradient_tape/block1/switch/expert{e}/ffn_in/MatMul/"
+                 "MatMul_1"] == (8, 16)
+  assert shape["block1/switch/combine/einsum/Einsum"] == (8, 8)
+  # Only the odd block is routed; the even one keeps its dense layers.
+  assert "block0/ffn_in/Tensordot/MatMul" in names
+  assert not any(n.startswith("block0/switch") for n in names)
+  # The router is trained through the gate (and the balancing loss).
+  assert "gradient_tape/block1/switch/router/MatMul/MatMul_1" in names
+  assert types_.count("Cumsum") == 1
+
+
 def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
   vocabularies, dim, batch = (1000, 300, 70), 8, 4
   dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,

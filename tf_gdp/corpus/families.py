@@ -9,9 +9,10 @@ the split is by family and fixed here: a policy is pre-trained on the
 
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
-recommender, a speech recognizer's acoustic model, a GAN and an object
-detector written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`), the zoo's
+recommender, a speech recognizer's acoustic model, a GAN, an object
+detector and a mixture-of-experts transformer written with tf_keras layers
+(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
+`gan`, `detector`, `moe`), the zoo's
 models (`tf_gdp.zoo`, with
 knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -25,10 +26,10 @@ EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
- SPEECH, GAN, DETECTOR, ZOO, GENERATED) = (
+ SPEECH, GAN, DETECTOR, MOE, ZOO, GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
-     "zoo", "generated")
+     "moe", "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +112,15 @@ def _detectors(sizes):
       for image, width, batch in sizes])
 
 
+def _switch_transformers(sizes):
+  """(layers, hidden, experts, sequence length, batch) per variant."""
+  return _variants("moe", MOE, [
+      (f"switch_l{layers}_h{hidden}_e{experts}_s{seq}_b{batch}",
+       dict(layers=layers, hidden=hidden, experts=experts, seq=seq,
+            batch=batch))
+      for layers, hidden, experts, seq, batch in sizes])
+
+
 def _unets(sizes):
   """(depth, filters, image size, batch) per variant."""
   return _variants("unet", UNET, [
@@ -153,6 +163,8 @@ def _dlrms(sizes):
 
 GAN_SIZES = ((64, 64, 64), (128, 64, 128), (128, 128, 512), (256, 64, 256))
 DETECTOR_SIZES = ((256, 32, 8), (512, 64, 32), (640, 64, 32), (512, 96, 48))
+MOE_SIZES = ((4, 512, 8, 128, 32), (6, 768, 8, 256, 16), (8, 1024, 16, 512, 16),
+             (12, 768, 8, 512, 16))
 
 
 def _zoo(family, items):
@@ -284,6 +296,11 @@ _FAMILIES = (
            "backbone, feature pyramid, class and box heads per level, Adam "
            "(corpus.detector)",
            _detectors(DETECTOR_SIZES)),
+    Family("moe", EVAL, "Switch-Transformer-style masked LM: every other "
+           "feed-forward layer routed top-1 to experts with their own "
+           "weights, capacity-limited dense dispatch, load-balancing loss, "
+           "Adam (corpus.moe)",
+           _switch_transformers(MOE_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

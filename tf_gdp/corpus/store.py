@@ -114,6 +114,7 @@ def _extract(variant: families.Variant):
   from tf_gdp import zoo
   from tf_gdp.corpus import detector
   from tf_gdp.corpus import gan
+  from tf_gdp.corpus import moe
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
   from tf_gdp.corpus import speech
@@ -138,6 +139,7 @@ def _extract(variant: families.Variant):
       families.SPEECH: lambda: speech.acoustic_model(**args),
       families.GAN: lambda: gan.dcgan(**args),
       families.DETECTOR: lambda: detector.single_stage_detector(**args),
+      families.MOE: lambda: moe.switch_transformer(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
