@@ -118,6 +118,22 @@ def test_gdp_fine_tune_never_returns_worse_than_zero_shot(graph, topology,
   assert result.step_time_us <= result.details["zero_shot_step_time_us"] + 1e-6
 
 
+def test_gdp_fine_tune_ends_with_local_moves_within_its_budget(
+    graph, topology, tiny_policy):
+  result = placing.place(graph, topology, "gdp", policy=tiny_policy,
+                         budget_evaluations=40, samples=4, compare=())
+  details = result.details
+  # PPO's half of the 40 (whole iterations of 5, the last may pass it),
+  # then local moves with what is left; zero-shot's 5 come first.
+  assert details["finetune_iterations"] * 5 >= 20
+  assert details["polish_evaluations"] == 40 - details["finetune_iterations"] * 5
+  assert result.evaluations == 5 + 40
+  assert result.valid
+  assert result.step_time_us == pytest.approx(details["polish_step_time_us"])
+  assert result.step_time_us <= min(details["zero_shot_step_time_us"],
+                                    details["finetune_step_time_us"]) + 1e-6
+
+
 def test_gdp_fine_tune_can_optimise_the_ensemble_median(graph, topology,
                                                         tiny_policy):
   result = placing.place(graph, topology, "gdp", policy=tiny_policy,
