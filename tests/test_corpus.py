@@ -261,6 +261,28 @@ def test_switch_layer_routes_tokens_to_experts_with_their_own_weights():
   assert types_.count("Cumsum") == 1
 
 
+def test_gin_sums_neighbours_and_reads_out_every_layer():
+  model = _variant("tiny_gnn", families.GNN, layers=2, hidden=8, nodes=6,
+                   batch=3, features=4, classes=3)
+  graph = store.build_graph(model, DEVICES)
+  names = graph.node_names
+  shape = {n: graph.output_shapes[i][0] for i, n in enumerate(names)
+           if len(graph.output_shapes[i]) == 1}
+  # Each layer aggregates over the 6x6 adjacency of each of the 3 graphs.
+  for i in range(2):
+    assert shape[f"gin{i}/aggregate/einsum/Einsum"] == (3, 6, 8)
+    assert shape[f"gin{i}/pool/Sum"] == (3, 8)
+  # A class readout from the embedding and from each layer, summed.
+  for i in range(3):
+    assert shape[f"readout{i}/MatMul"] == (3, 3)
+    assert f"gradient_tape/readout{i}/MatMul/MatMul_1" in names
+  assert shape["AddN"] == (3, 3)
+  # The adjacency is data, not a weight: no gradient reaches it.
+  assert any("adjacency" in n for n in names)
+  assert not any(n.startswith("gradient_tape/") and "adjacency" in n
+                 for n in names)
+
+
 def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
   vocabularies, dim, batch = (1000, 300, 70), 8, 4
   dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,

@@ -4,8 +4,8 @@
 split); `store` builds a variant's graph on demand and caches it as op-graph
 JSON; `graph_sets` turns `corpus:SPLIT` items of a graph spec into those
 files. The builders (`training_steps`, `transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`) are real
-model code: Keras applications and tf_keras layers.
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`) are
+real model code: Keras applications and tf_keras layers.
 """
 
 from grappler_bridge import package_api as _package_api
@@ -19,6 +19,6 @@ __all__ = ["FAMILIES", "VARIANTS", "ensure", "variants"]
 
 _package_api.install(
     globals(),
-    modules=("detector", "families", "gan", "graph_sets", "moe",
+    modules=("detector", "families", "gan", "gnn", "graph_sets", "moe",
              "recommenders", "recurrent", "speech", "store", "training_steps",
              "transformers", "vision_models"))

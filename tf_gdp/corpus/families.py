@@ -10,9 +10,9 @@ the split is by family and fixed here: a policy is pre-trained on the
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
-detector and a mixture-of-experts transformer written with tf_keras layers
-(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
-`gan`, `detector`, `moe`), the zoo's
+detector, a mixture-of-experts transformer and a graph neural network written
+with tf_keras layers (`transformers`, `recurrent`, `vision_models`,
+`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`), the zoo's
 models (`tf_gdp.zoo`, with
 knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -26,10 +26,10 @@ EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
- SPEECH, GAN, DETECTOR, MOE, ZOO, GENERATED) = (
+ SPEECH, GAN, DETECTOR, MOE, GNN, ZOO, GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
-     "moe", "zoo", "generated")
+     "moe", "gnn", "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +121,14 @@ def _switch_transformers(sizes):
       for layers, hidden, experts, seq, batch in sizes])
 
 
+def _graph_classifiers(sizes):
+  """(layers, hidden, nodes per graph, batch) per variant."""
+  return _variants("gnn", GNN, [
+      (f"gin_l{layers}_h{hidden}_n{nodes}_b{batch}",
+       dict(layers=layers, hidden=hidden, nodes=nodes, batch=batch))
+      for layers, hidden, nodes, batch in sizes])
+
+
 def _unets(sizes):
   """(depth, filters, image size, batch) per variant."""
   return _variants("unet", UNET, [
@@ -165,6 +173,8 @@ GAN_SIZES = ((64, 64, 64), (128, 64, 128), (128, 128, 512), (256, 64, 256))
 DETECTOR_SIZES = ((256, 32, 8), (512, 64, 32), (640, 64, 32), (512, 96, 48))
 MOE_SIZES = ((4, 512, 8, 128, 32), (6, 768, 8, 256, 16), (8, 1024, 16, 512, 16),
              (12, 768, 8, 512, 16))
+GNN_SIZES = ((5, 64, 64, 128), (5, 256, 256, 64), (8, 512, 512, 64),
+             (12, 1024, 1024, 48))
 
 
 def _zoo(family, items):
@@ -301,6 +311,10 @@ _FAMILIES = (
            "weights, capacity-limited dense dispatch, load-balancing loss, "
            "Adam (corpus.moe)",
            _switch_transformers(MOE_SIZES)),
+    Family("gnn", EVAL, "GIN graph classifier: sum aggregation over a dense "
+           "adjacency, an MLP with batch norm per layer, a readout from "
+           "every layer, Adam (corpus.gnn)",
+           _graph_classifiers(GNN_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

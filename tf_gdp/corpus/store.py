@@ -114,6 +114,7 @@ def _extract(variant: families.Variant):
   from tf_gdp import zoo
   from tf_gdp.corpus import detector
   from tf_gdp.corpus import gan
+  from tf_gdp.corpus import gnn
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
@@ -140,6 +141,7 @@ def _extract(variant: families.Variant):
       families.GAN: lambda: gan.dcgan(**args),
       families.DETECTOR: lambda: detector.single_stage_detector(**args),
       families.MOE: lambda: moe.switch_transformer(**args),
+      families.GNN: lambda: gnn.graph_classifier(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
