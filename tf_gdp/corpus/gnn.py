@@ -64,11 +64,5 @@ def graph_classifier(*, layers: int, hidden: int, nodes: int, batch: int,
   forward()  # builds every layer's weights before the variables are listed
   built = [embed] + [layer for block in gin for layer in block] + readouts
   variables = [v for layer in built for v in layer.trainable_variables]
-
-  def loss(logits):
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-
-  return training_steps.supervised_step(
-      tf, forward, variables, loss,
-      training_steps.Optimizer(variables, "adam", learning_rate))
+  return training_steps.adam_softmax_step(tf, forward, variables, labels,
+                                          learning_rate)

@@ -93,18 +93,22 @@ def supervised_step(tf, model_fn, variables, loss_fn, optimizer: Optimizer):
   return step
 
 
-def adam_classifier_step(tf, model, inputs, labels, learning_rate: float):
-  """The step of a tf_keras `model` trained by softmax cross-entropy of
-  `model(inputs)` against integer `labels` (any leading shape), Adam."""
-  variables = model.trainable_variables
+def adam_softmax_step(tf, model_fn, variables, labels, learning_rate: float):
+  """The step of `variables` trained by softmax cross-entropy of the logits
+  `model_fn()` against integer `labels` (any leading shape), Adam."""
 
   def loss(logits):
     return tf.reduce_mean(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
-  return supervised_step(
-      tf, lambda: model(inputs, training=True), variables, loss,
-      Optimizer(variables, "adam", learning_rate))
+  return supervised_step(tf, model_fn, variables, loss,
+                         Optimizer(variables, "adam", learning_rate))
+
+
+def adam_classifier_step(tf, model, inputs, labels, learning_rate: float):
+  """`adam_softmax_step` of a tf_keras `model` on `inputs`."""
+  return adam_softmax_step(tf, lambda: model(inputs, training=True),
+                           model.trainable_variables, labels, learning_rate)
 
 
 def keras_application(application: str, *, image_size: int, batch: int,

@@ -129,14 +129,8 @@ def vision_transformer(*, layers: int, hidden: int, heads: int,
   forward()
   variables = [v for layer in (embed, position, final_norm, head)
                for v in layer.trainable_variables] + blocks.variables()
-
-  def loss(logits):
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-
-  return training_steps.supervised_step(
-      tf, forward, variables, loss,
-      training_steps.Optimizer(variables, "adam", learning_rate))
+  return training_steps.adam_softmax_step(tf, forward, variables, labels,
+                                          learning_rate)
 
 
 def translation_model(*, encoder_layers: int, decoder_layers: int,
