@@ -279,6 +279,23 @@ def test_gin_sums_neighbours_and_reads_out_every_layer():
   assert shape["AddN"] == (3, 3)
 
 
+def test_keras3_decoder_trains_every_weight_with_keras_adam():
+  model = _variant("tiny_keras3", families.KERAS3_DECODER, layers=2, hidden=8,
+                   heads=2, seq=4, batch=3, vocab=20)
+  graph = store.build_graph(model, DEVICES)
+  types_ = graph.op_types
+  shapes = [graph.output_shapes[i][0] for i, t in enumerate(types_)
+            if t == "Softmax"]
+  # One causal attention per layer: 3 sequences, 2 heads, 4 x 4 scores.
+  assert shapes == [(3, 2, 4, 4)] * 2
+  # 36 weights (2 embeddings; per layer 8 of attention, 4 of the norms, 4
+  # of the feed-forward; the logits' 2): Keras 3's Adam subtracts each
+  # update once and adds into both moments of each.
+  assert types_.count("AssignSubVariableOp") == 36
+  assert types_.count("AssignAddVariableOp") == 2 * 36
+  assert types_.count("SparseSoftmaxCrossEntropyWithLogits") == 1
+
+
 def test_recommender_tables_and_their_adam_slots_are_in_the_graph():
   vocabularies, dim, batch = (1000, 300, 70), 8, 4
   dlrm = _variant("tiny_dlrm", families.DLRM, vocabularies=vocabularies,

@@ -4,8 +4,9 @@
 split); `store` builds a variant's graph on demand and caches it as op-graph
 JSON; `graph_sets` turns `corpus:SPLIT` items of a graph spec into those
 files. The builders (`training_steps`, `transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`) are
-real model code: Keras applications and tf_keras layers.
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
+`keras3_models`) are real model code: Keras applications and tf_keras layers,
+and, for one family, Keras 3.
 """
 
 from grappler_bridge import package_api as _package_api
@@ -19,6 +20,7 @@ __all__ = ["FAMILIES", "VARIANTS", "ensure", "variants"]
 
 _package_api.install(
     globals(),
-    modules=("detector", "families", "gan", "gnn", "graph_sets", "moe",
+    modules=("detector", "families", "gan", "gnn", "graph_sets",
+             "keras3_models", "moe",
              "recommenders", "recurrent", "speech", "store", "training_steps",
              "transformers", "vision_models"))

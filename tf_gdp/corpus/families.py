@@ -12,9 +12,9 @@ transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer and a graph neural network written
 with tf_keras layers (`transformers`, `recurrent`, `vision_models`,
-`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`), the zoo's
-models (`tf_gdp.zoo`, with
-knobs) and generated graphs (`tf_gdp.graph.generators`).
+`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`), Keras 3
+applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
+with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
 
 import dataclasses
@@ -26,10 +26,12 @@ EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
- SPEECH, GAN, DETECTOR, MOE, GNN, ZOO, GENERATED) = (
+ SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER, ZOO,
+ GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
-     "moe", "gnn", "zoo", "generated")
+     "moe", "gnn", "keras3_application", "keras3_decoder", "zoo",
+     "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +131,20 @@ def _graph_classifiers(sizes):
       for layers, hidden, nodes, batch in sizes])
 
 
+def _keras3_models(applications, decoders):
+  """Keras 3 applications at (name, image size, batch), and decoders at
+  (layers, hidden, heads, sequence length, batch)."""
+  named = [(f"keras3_{name.lower()}_{image}_b{batch}", KERAS3_APPLICATION,
+            dict(application=name, image_size=image, batch=batch))
+           for name, image, batch in applications]
+  named += [(f"keras3_decoder_l{layers}_h{hidden}_s{seq}_b{batch}",
+             KERAS3_DECODER, dict(layers=layers, hidden=hidden, heads=heads,
+                                  seq=seq, batch=batch))
+            for layers, hidden, heads, seq, batch in decoders]
+  return tuple(Variant(name, "keras3", kind, types.MappingProxyType(args))
+               for name, kind, args in named)
+
+
 def _unets(sizes):
   """(depth, filters, image size, batch) per variant."""
   return _variants("unet", UNET, [
@@ -175,6 +191,8 @@ MOE_SIZES = ((4, 512, 8, 128, 32), (6, 768, 8, 256, 16), (8, 1024, 16, 512, 16),
              (12, 768, 8, 512, 16))
 GNN_SIZES = ((5, 64, 64, 128), (5, 256, 256, 64), (8, 512, 512, 64),
              (12, 1024, 1024, 48))
+KERAS3_APPLICATIONS = (("InceptionV3", 299, 32), ("ConvNeXtSmall", 224, 64))
+KERAS3_DECODERS = ((8, 768, 12, 512, 16), (6, 1024, 16, 1024, 16))
 
 
 def _zoo(family, items):
@@ -315,6 +333,11 @@ _FAMILIES = (
            "adjacency, an MLP with batch norm per layer, a readout from "
            "every layer, Adam (corpus.gnn)",
            _graph_classifiers(GNN_SIZES)),
+    Family("keras3", EVAL, "Keras 3 (the keras package, not tf_keras): "
+           "keras.applications InceptionV3 and ConvNeXtSmall, and a "
+           "decoder-only language model of keras.layers; Keras losses, "
+           "keras.optimizers.Adam (corpus.keras3_models)",
+           _keras3_models(KERAS3_APPLICATIONS, KERAS3_DECODERS)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

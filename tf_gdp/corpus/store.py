@@ -115,6 +115,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import detector
   from tf_gdp.corpus import gan
   from tf_gdp.corpus import gnn
+  from tf_gdp.corpus import keras3_models
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
@@ -142,6 +143,8 @@ def _extract(variant: families.Variant):
       families.DETECTOR: lambda: detector.single_stage_detector(**args),
       families.MOE: lambda: moe.switch_transformer(**args),
       families.GNN: lambda: gnn.graph_classifier(**args),
+      families.KERAS3_APPLICATION: lambda: keras3_models.application(**args),
+      families.KERAS3_DECODER: lambda: keras3_models.language_model(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
