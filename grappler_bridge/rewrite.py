@@ -96,7 +96,23 @@ def check_devices_exist(graph_def) -> None:
     if not any(_matches(wanted, have) for have in local):
       raise errors.PlacementError(
           f"device {device} does not exist here (local devices: "
-          f"{', '.join(sorted(have.to_string() for have in local))})")
+          f"{', '.join(sorted(have.to_string() for have in local))})"
+          f"{_missing_device_hint(wanted)}")
+
+
+def _missing_device_hint(wanted: tf.DeviceSpec) -> str:
+  """What usually makes a placed device missing, and what to do."""
+  if wanted.job not in (None, "localhost"):
+    return (f"; it is a device of job {wanted.job!r}, and this process is "
+            "not connected to that cluster")
+  if wanted.device_type == "CPU":
+    return ("; to run on several CPU devices of this process, split the "
+            "host CPU first: tf.config.set_logical_device_configuration("
+            "tf.config.list_physical_devices('CPU')[0], "
+            "[tf.config.LogicalDeviceConfiguration()] * K), before "
+            "TensorFlow runs anything")
+  return ("; a placement for devices that are not attached (a preset such "
+          "as p100x4) can be saved and inspected, not run here")
 
 
 _LOCAL_DEFAULTS = {"job": "localhost", "replica": 0, "task": 0}

@@ -145,5 +145,9 @@ def test_bad_placements(placement, message):
 
 def test_device_that_does_not_exist_is_reported():
   extracted = extract.from_function(tf.square, tf.ones([2]))
-  with pytest.raises(errors.PlacementError, match="does not exist here"):
+  with pytest.raises(errors.PlacementError,
+                     match="does not exist here.*split the host CPU"):
     rewrite.placed_function(extracted, {"x": "/device:CPU:7"})
+  with pytest.raises(errors.PlacementError,
+                     match="does not exist here.*not attached"):
+    rewrite.placed_function(extracted, {"x": "/device:GPU:3"})
