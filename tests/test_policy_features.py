@@ -102,24 +102,6 @@ def test_groups_are_dense_in_topological_order_and_allow_only_shared_devices():
   assert inputs.node_features[:, pinned].tolist() == [0, 0, 1, 0]
 
 
-def test_a_graph_fastest_on_the_host_cpu_is_placed_among_the_cpus():
-  topo = _topo(("GPU", "GPU", "CPU"))
-  # GPU-fast ops: the policy may choose any device a group may use.
-  graph = _graph(3, [(0, 1, 8), (1, 2, 8)], kinds=[None, ("CPU",), None])
-  assert features.policy_inputs(graph, topo).allowed.tolist() == [
-      [True, True, True], [False, False, True], [True, True, True]]
-  # Cheaper on the CPU (a small step's launch costs): free ops go there, an
-  # op pinned to a GPU keeps its GPU.
-  cheap_on_cpu = op_graph.OpGraph.build(
-      name="small", node_names=["a", "b"], op_types=["Add", "Add"],
-      costs={"GPU": np.array([5.0, 5.0]), "CPU": np.array([1.0, 1.0])},
-      output_bytes=[4, 4], memory_bytes=[0, 0], edge_src=[0], edge_dst=[1],
-      edge_bytes=[4], edge_output=[0],
-      pinned_devices=[None, "/job:w/replica:0/task:0/device:GPU:1"])
-  assert features.policy_inputs(cheap_on_cpu, topo).allowed.tolist() == [
-      [False, False, True], [False, True, False]]
-
-
 def test_group_to_node_placement_maps_back_to_original_ids():
   graph = _graph(4, _BACKWARDS_CHAIN, groups=["a", None, "a", None])
   inputs = features.policy_inputs(graph, _topo(), max_groups=5)

@@ -295,7 +295,7 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   group_ids = np.full(big_n, big_g - 1, np.int32)
   group_ids[:n] = group_of_node[order]
   allowed = np.zeros((big_g, big_d), bool)
-  allowed[:num_groups, :d] = _on_primary_kind(group_allowed, tables, topology)
+  allowed[:num_groups, :d] = group_allowed
   allowed[num_groups:, 0] = True
   device_features = np.zeros((big_d, F_DEVICE), np.float32)
   device_features[:d] = _stacked(
@@ -313,28 +313,6 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       stage_features=stage_features,
       allowed=allowed, order=order, num_nodes=n, num_groups=num_groups,
       num_devices=d)
-
-
-def _on_primary_kind(group_allowed: np.ndarray, tables,
-                     topology: topology_lib.Topology) -> np.ndarray:
-  """The devices the policy may choose per group.
-
-  The policy spreads work over the most numerous kind of device (a GPU
-  box's GPUs; the host CPU stays a choice). When the whole graph runs
-  faster on one device of another kind, as a small step does on the host
-  CPU (a GPU's per-op launch costs more than its compute saves), it chooses
-  among that kind's devices, as the baselines spread work
-  (`baselines.common.GroupView.primary`); a group that may not run there
-  keeps its own devices.
-  """
-  kinds = np.asarray(topology.kinds)
-  names, counts = np.unique(kinds, return_counts=True)
-  fastest = kinds[int(np.argmin(tables.duration_us.sum(axis=0)))]
-  if fastest == names[int(np.argmax(counts))]:
-    return group_allowed
-  restricted = group_allowed & (kinds == fastest)[None, :]
-  return np.where(restricted.any(axis=1, keepdims=True), restricted,
-                  group_allowed)
 
 
 def group_to_node_placement(inputs: PolicyInputs,
