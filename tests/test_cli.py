@@ -193,6 +193,10 @@ def test_evaluate_agrees_with_place_and_writes_its_json(tmp_path):
   assert sum(d["ops"] for d in devices) == 200
   assert (sum(d["bytes_sent"] for d in devices) ==
           sum(d["bytes_received"] for d in devices) == result["transfer_bytes"])
+  assert result["critical_path_valid"]
+  assert (result["lower_bound_us"] <= result["critical_path_step_time_us"]
+          < 1.5 * result["step_time_us"])
+  assert "in critical-path order" in evaluated.stdout
   # A baseline by name: the placement `place` compared with.
   single = _cli("evaluate", "--graph=layered:200", "--placement=single_device",
                 "--devices=p100x4", f"--json_out={tmp_path / 'single.json'}")

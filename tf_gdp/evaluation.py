@@ -4,8 +4,11 @@ Users compare their own placements (from `place`, `finetune`, a script or by
 hand) and benchmarks check placement files with the judge `place` uses
 (`placing.judge`), so the step times agree: the simulated step time, the
 lower bound, validity with its reason, and per device the busy time, peak
-memory against capacity, ops placed and bytes sent and received. Nothing of
-the graph runs: it is loaded and simulated.
+memory against capacity, ops placed and bytes sent and received; also the
+step time were each device to run its ready ops longest remaining path first
+(`baselines.critical_path_order`), an order TensorFlow's executor does not
+follow, which shows how much of a comparison is the order. Nothing of the
+graph runs: it is loaded and simulated.
 
     report = evaluation.evaluate("layered:200", "out/layered_200/placement.json")
     report["step_time_us"], report["devices"][0]["peak_memory_bytes"]
@@ -26,6 +29,7 @@ from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp import placement_file
 from tf_gdp import placing
+from tf_gdp.baselines import critical_path_order
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import identity
@@ -119,6 +123,7 @@ def _report(graph, topology, result: placing.PlaceResult, placement: str,
         "fits_memory": peak <= int(device.memory_bytes), "ops": int(ops[d]),
         "bytes_sent": int(sent[d]), "bytes_received": int(received[d])})
   bound = result.lower_bound_us
+  ordered = critical_path_order.simulate(graph, topology, result.placement)
   report = {
       "graph": graph.name, "nodes": graph.num_nodes,
       "topology": topology.name,
@@ -129,6 +134,9 @@ def _report(graph, topology, result: placing.PlaceResult, placement: str,
       "ratio_to_lower_bound": result.step_time_us / bound if bound > 0
                               else None,
       "transfer_bytes": int(result.transfer_bytes), "devices": rows,
+      "critical_path_step_time_us": float(ordered.step_time_us),
+      "critical_path_valid": not simulator.memory_problems(
+          ordered.peak_memory_bytes, topology),
       "recorded_step_time_us": None, "same_graph": None,
   }
   if loaded is not None:
@@ -150,6 +158,9 @@ def format_report(report: dict) -> str:
       f"{report['lower_bound_us'] / 1e3:,.3f} ms"
       + (f" ({ratio:.2f}x)" if ratio else ""),
       "valid" if report["valid"] else f"INVALID: {report['reason']}",
+      f"in critical-path order {report['critical_path_step_time_us'] / 1e3:,.3f}"
+      " ms (an order TensorFlow's executor does not follow)"
+      + ("" if report["critical_path_valid"] else "; over memory in it"),
   ]
   recorded = report["recorded_step_time_us"]
   if recorded is not None and not np.isclose(recorded, step, rtol=1e-9):

@@ -2,9 +2,10 @@
 
 A benchmark's `--graphs` is a graph spec (`tf_gdp.graph_specs`: zoo models
 with knobs, `zoo`, files, generated graphs) whose items may also name the
-TensorFlow steps that `real_graphs` and `keras_app_graphs` build from code
-(`BUILDERS`): real model code that neither the zoo nor the shipped policy's
-training has, costed for the benchmark's devices like any other graph.
+TensorFlow steps that `real_graphs`, `keras_app_graphs` and
+`third_party_graphs` build from code (`BUILDERS`): real model code that
+neither the zoo nor the shipped policy's training has, costed for the
+benchmark's devices like any other graph.
 """
 
 import dataclasses
@@ -14,8 +15,10 @@ from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp.bench import keras_app_graphs
 from tf_gdp.bench import real_graphs
+from tf_gdp.bench import third_party_graphs
 
-BUILDERS = {**real_graphs.BUILDERS, **keras_app_graphs.BUILDERS}
+BUILDERS = {**real_graphs.BUILDERS, **keras_app_graphs.BUILDERS,
+            **third_party_graphs.BUILDERS}
 # The help of a benchmark's --graphs flag.
 GRAPHS_HELP = ("Graphs: zoo names with knobs, 'zoo', files, generated graphs, "
                f"and the training steps {', '.join(BUILDERS)} built by code.")

@@ -90,8 +90,13 @@ def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
                 methods: Sequence[str], *, seed: int = 0,
                 method_options: Optional[dict] = None,
                 measurer: Optional[Callable] = None,
-                progress: Callable[[str], None] = lambda line: None) -> List[Row]:
-  """Runs every method on one graph for one topology; returns its rows."""
+                progress: Callable[[str], None] = lambda line: None,
+                placements: Optional[dict] = None) -> List[Row]:
+  """Runs every method on one graph for one topology; returns its rows.
+
+  `placements`, when given, receives method -> (the placement its row
+  judges, its planned priority or None).
+  """
   from tf_gdp import baselines  # pylint: disable=g-import-not-at-top
   graph = loaded.graph
   topo = topology_lib.get(devices)
@@ -147,6 +152,8 @@ def bench_graph(loaded: graph_specs.LoadedGraph, label: str, devices: str,
     row.valid = bool(sim.valid)
     row.reason = sim.reason
     row.peak_memory_gib = [round(b / 2**30, 3) for b in sim.peak_memory_bytes]
+    if placements is not None:
+      placements[method] = (placement, priority)
     if priority is not None:
       planned = simulator.simulate(graph, placement, topo, priority=priority)
       row.step_time_planned_us = planned.step_time_us
