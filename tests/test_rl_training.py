@@ -471,6 +471,44 @@ def test_every_other_sample_gets_a_pipeline_push():
   assert not np.any(off.numpy())
 
 
+def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
+    monkeypatch):
+  # Four numbered layers of three ops on four GPUs, uniform logits: a push
+  # without a shift sends layer i to GPU i. Every draw is replaced by
+  # "device 0", so only the pushed samples can differ from it.
+  names = [f"layer_{i}/op{j}" for i in range(4) for j in range(3)]
+  chain = list(range(len(names)))
+  graph = op_graph.OpGraph.build(
+      name="layers", node_names=names, op_types=["MatMul"] * len(names),
+      costs={"GPU": [100.0] * len(names)}, output_bytes=[1000] * len(names),
+      memory_bytes=[0] * len(names), edge_src=chain[:-1], edge_dst=chain[1:],
+      edge_bytes=[1000] * (len(names) - 1))
+  task = placement_task.PlacementTask(graph, gpus(4))
+  policy = tiny_policy("feedforward")
+  exploration.policy_logits(policy, {
+      k: tf.convert_to_tensor(v[None]) for k, v in features.as_tensors(
+          features.policy_inputs(graph, task.topology)).items()})
+  policy.logit_scale.assign(0.0)
+  monkeypatch.setattr(exploration, "stateless_categorical_sample",
+                      lambda logits, seed: tf.zeros(tf.shape(logits)[:-1],
+                                                    tf.int32))
+  shot = zero_shot.zeroshot(policy, task, samples=6, seed=0,
+                            entropy_floor=0.0)
+  noise = exploration.exploration_noise(
+      [7, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
+      exploration.PIPELINE_EXPLORATION).numpy()
+  pushed = exploration.pushed_samples(noise[1:]).numpy()
+  np.testing.assert_array_equal(pushed, [True, False] * 3)
+  greedy_and_samples = shot.valid_step_times_us
+  one_device = simulator.simulate(graph, np.zeros(len(names), np.int32),
+                                  task.topology).step_time_us
+  assert np.allclose(greedy_and_samples[2::2], one_device)  # drawn: device 0
+  staged = simulator.simulate(graph, np.repeat(np.arange(4), 3),
+                              task.topology).step_time_us
+  assert staged != one_device
+  assert greedy_and_samples[1] == pytest.approx(staged)  # rule 0, no shift
+
+
 def test_pipeline_pushes_stop_when_they_do_not_pay_off():
   task = placement_task.PlacementTask(two_chains(), gpus())
   env = environment.PlacementEnv([task])

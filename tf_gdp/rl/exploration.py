@@ -160,6 +160,14 @@ def policy_logits(policy, observation) -> tf.Tensor:
   return policy(observation, training=False)[0]
 
 
+def pushed_samples(noise) -> tf.Tensor:
+  """bool[S]: which of S samples' noise [S, D, EXPLORATION_SIZE] carries a
+  pipeline push (a non-zero gain on some stage rule)."""
+  first = features.PIPELINE_NOISE_COLUMN
+  gains = noise[:, :, first:first + features.NUM_STAGE_RULES]
+  return tf.reduce_any(tf.not_equal(gains, 0.0), axis=[1, 2])
+
+
 def stateless_categorical_sample(logits: tf.Tensor, seed) -> tf.Tensor:
   """One int32 draw per row of logits [..., D] (stateless, `seed` int32[2])."""
   flat = tf.reshape(logits, [-1, tf.shape(logits)[-1]])

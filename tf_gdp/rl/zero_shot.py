@@ -80,7 +80,8 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
       choice.
     pipeline_exploration: the random pipeline gain of every other sample
       (as in training, `TrainConfig.pipeline_exploration`); 0 for none. The
-      greedy placement never has noise.
+      greedy placement never has noise. A pushed sample is the argmax of
+      its pushed logits, not a draw from them.
   """
   started = time.perf_counter()
   task = placement_task.as_task(task, topology)
@@ -108,8 +109,14 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
   if sample_logits is not None:
     # The floor's factor scales the policy's logits, not the noise (as in
     # training, where the noise is added after `logit_scale`).
-    sampled = exploration.stateless_categorical_sample(
-        logits * factor + (sample_logits - logits), seed_pair)
+    noisy = logits * factor + (sample_logits - logits)
+    sampled = exploration.stateless_categorical_sample(noisy, seed_pair)
+    # A pushed sample is its pushed logits' argmax: the push names a whole
+    # pipeline, and drawing each group around it scatters a few groups.
+    pushed = exploration.pushed_samples(noise[1:])
+    sampled = tf.where(pushed[:, None],
+                       tf.argmax(noisy, axis=-1, output_type=tf.int32),
+                       sampled)
   else:
     sampled = tf.transpose(tf.random.stateless_categorical(
         tf.reshape(logits * factor, [-1, tf.shape(logits)[-1]]), samples,
