@@ -371,3 +371,24 @@ def test_cli_builds_lists_and_refuses_bad_input(tmp_path):
   unknown = _cli("corpus", "build", "--select=nope", home=tmp_path)
   assert unknown.returncode == 2
   assert unknown.stderr.count("\n") == 1 and "corpus:train" in unknown.stderr
+
+
+def test_dual_encoder_joins_two_towers_only_in_the_contrastive_loss():
+  model = _variant("tiny_dual", families.DUAL_ENCODER, image_layers=2,
+                   text_layers=1, hidden=8, heads=2, image_size=8, patch=4,
+                   text_seq=5, batch=3, embedding=6, vocab=20)
+  graph = store.build_graph(model, DEVICES)
+  names = graph.node_names
+  shape = {n: graph.output_shapes[i][0] for i, n in enumerate(names)
+           if len(graph.output_shapes[i]) == 1}
+  softmax = [graph.output_shapes[i][0] for i, t in enumerate(graph.op_types)
+             if t == "Softmax"]
+  # Image attention over 4 patches (2 blocks), causal text over 5 tokens.
+  assert sorted(softmax) == sorted([(3, 2, 4, 4)] * 2 + [(3, 2, 5, 5)])
+  assert shape["image_projection/MatMul"] == (3, 6)
+  assert shape["text_projection/MatMul"] == (3, 6)
+  # Every image against every caption, both ways.
+  assert graph.op_types.count("SparseSoftmaxCrossEntropyWithLogits") == 2
+  # Both towers are trained through the one loss.
+  for tower in ("image_block1", "text_block0"):
+    assert any(n.startswith(f"gradient_tape/{tower}/") for n in names), tower

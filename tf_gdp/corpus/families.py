@@ -10,9 +10,10 @@ the split is by family and fixed here: a policy is pre-trained on the
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
-detector, a mixture-of-experts transformer and a graph neural network written
-with tf_keras layers (`transformers`, `recurrent`, `vision_models`,
-`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`), Keras 3
+detector, a mixture-of-experts transformer, a graph neural network and a
+CLIP-style dual encoder written with tf_keras layers (`transformers`,
+`recurrent`, `vision_models`, `recommenders`, `speech`, `gan`, `detector`,
+`moe`, `gnn`, `dual_encoder`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -26,12 +27,12 @@ EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
- SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER, ZOO,
- GENERATED) = (
+ SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
+ DUAL_ENCODER, ZOO, GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
-     "moe", "gnn", "keras3_application", "keras3_decoder", "zoo",
-     "generated")
+     "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
+     "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +132,16 @@ def _graph_classifiers(sizes):
       for layers, hidden, nodes, batch in sizes])
 
 
+def _dual_encoders(sizes):
+  """(image layers, text layers, hidden, text length, batch) per variant;
+  224x224 images in 16x16 patches, 8 heads."""
+  return _variants("dual_encoder", DUAL_ENCODER, [
+      (f"clip_i{image}_t{text}_h{hidden}_s{seq}_b{batch}",
+       dict(image_layers=image, text_layers=text, hidden=hidden, heads=8,
+            image_size=224, patch=16, text_seq=seq, batch=batch))
+      for image, text, hidden, seq, batch in sizes])
+
+
 def _keras3_models(applications, decoders):
   """Keras 3 applications at (name, image size, batch), and decoders at
   (layers, hidden, heads, sequence length, batch)."""
@@ -193,6 +204,8 @@ GNN_SIZES = ((5, 64, 64, 128), (5, 256, 256, 64), (8, 512, 512, 64),
              (12, 1024, 1024, 48))
 KERAS3_APPLICATIONS = (("InceptionV3", 299, 32), ("ConvNeXtSmall", 224, 64))
 KERAS3_DECODERS = ((8, 768, 12, 512, 16), (6, 1024, 16, 1024, 16))
+DUAL_ENCODER_SIZES = ((6, 6, 512, 64, 64), (12, 12, 768, 77, 32),
+                      (12, 12, 768, 77, 96), (8, 6, 512, 77, 256))
 
 
 def _zoo(family, items):
@@ -338,6 +351,11 @@ _FAMILIES = (
            "decoder-only language model of keras.layers; Keras losses, "
            "keras.optimizers.Adam (corpus.keras3_models)",
            _keras3_models(KERAS3_APPLICATIONS, KERAS3_DECODERS)),
+    Family("dual_encoder", EVAL, "CLIP-style dual encoder: a ViT-style image "
+           "tower and a causal text tower side by side, joined by a "
+           "symmetric contrastive loss with a learned temperature, Adam "
+           "(corpus.dual_encoder)",
+           _dual_encoders(DUAL_ENCODER_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

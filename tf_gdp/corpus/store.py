@@ -113,6 +113,7 @@ def _extract(variant: families.Variant):
   from grappler_bridge import extract
   from tf_gdp import zoo
   from tf_gdp.corpus import detector
+  from tf_gdp.corpus import dual_encoder
   from tf_gdp.corpus import gan
   from tf_gdp.corpus import gnn
   from tf_gdp.corpus import keras3_models
@@ -145,6 +146,7 @@ def _extract(variant: families.Variant):
       families.GNN: lambda: gnn.graph_classifier(**args),
       families.KERAS3_APPLICATION: lambda: keras3_models.application(**args),
       families.KERAS3_DECODER: lambda: keras3_models.language_model(**args),
+      families.DUAL_ENCODER: lambda: dual_encoder.contrastive_model(**args),
   }
   return extract.from_function(builders[variant.kind]())
 

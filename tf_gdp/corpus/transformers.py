@@ -13,7 +13,7 @@ models.
 from tf_gdp.corpus import training_steps
 
 
-class _Blocks:
+class Blocks:
   """`layers` pre-built transformer blocks of width `hidden`."""
 
   def __init__(self, tf_keras, *, layers: int, hidden: int, heads: int,
@@ -70,7 +70,7 @@ def language_model(*, layers: int, hidden: int, heads: int, seq: int,
                        trainable=False, name="tokens")
   embed = tf_keras.layers.Embedding(vocab, hidden, name="token_embedding")
   position = tf_keras.layers.Embedding(seq, hidden, name="position_embedding")
-  blocks = _Blocks(tf_keras, layers=layers, hidden=hidden, heads=heads,
+  blocks = Blocks(tf_keras, layers=layers, hidden=hidden, heads=heads,
                    ffn=ffn)
   final_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6,
                                                   name="final_norm")
@@ -114,7 +114,7 @@ def vision_transformer(*, layers: int, hidden: int, heads: int,
                                  name="patch_embedding")
   position = tf_keras.layers.Embedding(patches, hidden,
                                        name="position_embedding")
-  blocks = _Blocks(tf_keras, layers=layers, hidden=hidden, heads=heads,
+  blocks = Blocks(tf_keras, layers=layers, hidden=hidden, heads=heads,
                    ffn=ffn)
   final_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6,
                                                   name="final_norm")
@@ -158,9 +158,9 @@ def translation_model(*, encoder_layers: int, decoder_layers: int,
   positions = max(source_seq, target_seq)
   position = tf_keras.layers.Embedding(positions, hidden,
                                        name="position_embedding")
-  encoder = _Blocks(tf_keras, layers=encoder_layers, hidden=hidden,
+  encoder = Blocks(tf_keras, layers=encoder_layers, hidden=hidden,
                     heads=heads, ffn=ffn, prefix="encoder")
-  decoder = _Blocks(tf_keras, layers=decoder_layers, hidden=hidden,
+  decoder = Blocks(tf_keras, layers=decoder_layers, hidden=hidden,
                     heads=heads, ffn=ffn, prefix="decoder", cross=True)
   norms = [tf_keras.layers.LayerNormalization(epsilon=1e-6, name=name)
            for name in ("encoder_norm", "decoder_norm")]
