@@ -42,10 +42,13 @@ def parse(spec: str) -> List[object]:
   """The graphs of `spec`: its `GraphSpec`s, then its `BuiltGraph`s.
 
   Raises:
-    InputError: a bad item, no graph, or a graph named twice.
+    InputError: a bad item, no graph, a graph named twice, or a graph whose
+      model library is not installed.
   """
   items = [s.strip() for s in spec.split(",") if s.strip()]
   built = [BuiltGraph(item) for item in items if item in BUILDERS]
+  if any(b.label in third_party_graphs.BUILDERS for b in built):
+    third_party_graphs.require_library()
   others = ",".join(item for item in items if item not in BUILDERS)
   sources = (graph_specs.parse(others) if others or not built else []) + built
   labels = [s.label for s in sources]

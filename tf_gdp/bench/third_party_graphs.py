@@ -24,6 +24,11 @@ _MODELS = {
 }
 
 
+def require_library() -> None:
+  """InputError, saying what to install, unless `transformers` imports."""
+  _transformers()
+
+
 def _transformers():
   try:
     import transformers  # pylint: disable=g-import-not-at-top
