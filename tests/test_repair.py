@@ -17,6 +17,7 @@ import pytest
 from tf_gdp import errors
 from tf_gdp import placing
 from tf_gdp.baselines import repair
+from tf_gdp.baselines import repair_moves
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
@@ -155,6 +156,47 @@ def test_an_overfull_training_step_becomes_a_pipeline_of_whole_layers():
   # The layers on each device are one contiguous run.
   runs = 1 + int((forward[1:] != forward[:-1]).sum())
   assert runs == len(set(forward.tolist())) >= 2
+
+
+def test_the_spill_runs_only_where_no_shift_fits(monkeypatch):
+  graph = _training_chain(12, 100 * KIB)
+  box = _box([800 * KIB] * 3)
+  spills = []
+  spill = repair_moves.Moves.spill
+
+  def counted(self, *args):
+    spills.append(1)
+    return spill(self, *args)
+
+  monkeypatch.setattr(repair_moves.Moves, "spill", counted)
+  fixed = repair.repair(graph, box, np.zeros(graph.num_nodes, np.int32))
+  assert fixed.valid and not spills
+  # Where neither shift fits, the spill still makes it fit.
+  for name in ("shift_last", "shift_first"):
+    monkeypatch.setattr(repair_moves.Moves, name,
+                        lambda self, groups, *args: groups.copy())
+  fixed = repair.repair(graph, box, np.zeros(graph.num_nodes, np.int32))
+  assert fixed.valid and spills
+
+
+def test_every_simulation_the_repair_makes_is_counted(monkeypatch):
+  graph = _training_chain(12, 100 * KIB)
+  box = _box([800 * KIB] * 3)
+  rows = []
+  batch = simulator.simulate_batch
+
+  def counted(graph, placements, *args, **kwargs):
+    rows.append(len(placements))
+    return batch(graph, placements, *args, **kwargs)
+
+  monkeypatch.setattr(simulator, "simulate_batch", counted)
+  starts = np.zeros((2, graph.num_nodes), np.int32)
+  starts[1, -1] = 1  # an update away from its variable's device
+  fixed = repair.repair_batch(graph, box, starts)
+  assert all(f.valid for f in fixed)
+  assert sum(f.evaluations for f in fixed) == sum(rows)
+  # The check's simulation stands for a row the constraints leave alone.
+  assert fixed[0].evaluations < fixed[1].evaluations + 2
 
 
 def test_what_cannot_fit_stays_invalid_with_the_reason():

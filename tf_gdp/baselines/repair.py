@@ -8,20 +8,11 @@ returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
 1. Hard constraints: a group split over devices goes whole to its first
    member's device, and a group on a device its kinds or pins forbid goes
    to the allowed device where it runs fastest.
-2. Memory, by the simulator's exact peak, three ways from the given
-   placement; the fastest valid result wins.
-   a. Spill: groups leave each over-full device until the bytes they carry
-      away (persistent plus output bytes) cover the overflow plus a slack.
-      First across its cuts: a group with a neighbour on another device
-      moves to the allowed device it exchanges the most bytes with, if that
-      has room, the group whose move cuts the most bytes first, and its
-      neighbours become candidates in turn (a pipeline's cut shifts
-      instead of its stages scattering). Then, for what is left, cheapest
-      first: the group with the least compute per byte moved goes to the
-      fastest allowed device with room for it (the roomiest of equally
-      fast ones).
-   b. and c. Shift (`graph.layer_order`): each over-full device's last
-      (b) or first (c) layers move as one block, a layer with its
+2. Memory, by the simulator's exact peak, from the given placement: the
+   two shifts first, the fastest valid result of the two wins; the spill
+   only where neither shift fits.
+   a. and b. Shift (`graph.layer_order`): each over-full device's last
+      (a) or first (b) layers move as one block, a layer with its
       gradients and updates, enough to cover the overflow by the memory
       estimate (`common.memory_model`) and up to `repair_moves.EXTENT`
       times that, ending at the cut of the layer order fewest bytes
@@ -31,9 +22,23 @@ returned unchanged. Otherwise, on colocation groups (`common.GroupView`):
       way becomes a pipeline of whole layers, where a spill of single
       groups would part forward from backward passes and send every
       activation over a link.
+   c. Spill: groups leave each over-full device until the bytes they carry
+      away (persistent plus output bytes) cover the overflow plus a slack.
+      First across its cuts: a group with a neighbour on another device
+      moves to the allowed device it exchanges the most bytes with, if that
+      has room, the group whose move cuts the most bytes first, and its
+      neighbours become candidates in turn (a pipeline's cut shifts
+      instead of its stages scattering). Then, for what is left, cheapest
+      first: the group with the least compute per byte moved goes to the
+      fastest allowed device with room for it (the roomiest of equally
+      fast ones).
    Each way is simulated again after each round that moved something;
    the slack doubles each round, because a moved group's outputs may not
-   be live at the device's peak.
+   be live at the device's peak. A shift fits in one or two rounds as a
+   rule; the spill takes about six (its bytes carried away overstate what
+   leaves the peak), and it was the fastest way on few placements, so it
+   runs only where it is needed: the repair's simulations count against
+   every search's budget.
 3. If that still does not fit, the repair starts over from a memory-first
    fill: groups in topological order, the primary devices (the GPUs of a
    GPU box) filled up to their share of the estimated need
@@ -132,29 +137,38 @@ def repair_batch(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   original = np.clip(placements.astype(np.int64), 0, topology.num_devices - 1)
   groups = _obey_constraints(view, original[:, first])
   fixed = groups[:, view.group_of]
-  judged = simulator.simulate_batch(graph, fixed, topology)
-  evaluations = np.full(len(placements), 1 + checked, np.int64)
+  # Rows the constraints left as they were keep the check's simulation.
+  again = ~np.all(fixed == placements, axis=1) if checked else np.ones(
+      len(placements), np.bool_)
+  step = judged.step_time_us.astype(np.float64) if checked else np.zeros(
+      len(placements), np.float64)
+  valid = judged.valid.copy() if checked else np.zeros(len(placements),
+                                                      np.bool_)
+  peak = judged.peak_memory_bytes.astype(np.float64) if checked else (
+      np.zeros((len(placements), topology.num_devices), np.float64))
+  if again.any():
+    peak[again], step[again], valid[again] = _judge(
+        graph, topology, view, groups[again])
+  evaluations = checked + again.astype(np.int64)
   reasons = [None if ok else _reason(graph, row, topology)
-             for ok, row in zip(judged.valid, original)]
-  step = judged.step_time_us.astype(np.float64)
-  valid = judged.valid.copy()
-  peak = judged.peak_memory_bytes.copy()
+             for ok, row in zip(valid, original)]
   pending = np.flatnonzero(~valid)
   if pending.size:
     work = repair_moves.Moves(view, topology)
-    # Step 2: each way of moving groups off, from the given placement; the
-    # fastest valid result per row.
-    tried = [_rounds(graph, topology, view, move, groups[pending],
-                     peak[pending], step[pending])
-             for move in (work.spill, work.shift_last, work.shift_first)]
-    for attempt in tried:
-      evaluations[pending] += attempt[4]
-    times = np.stack([np.where(t[3], t[2], np.inf) for t in tried])
-    for i, b in enumerate(pending):
-      pick = tried[int(np.argmin(times[:, i]))]
-      groups[b], peak[b], step[b], valid[b] = (pick[0][i], pick[1][i],
-                                               pick[2][i], pick[3][i])
-    pending = pending[~valid[pending]]
+    # Step 2: the shifts, then the spill where neither fits (module doc).
+    for ways in ((work.shift_last, work.shift_first), (work.spill,)):
+      if not pending.size:
+        break
+      tried = [_rounds(graph, topology, view, move, groups[pending],
+                       peak[pending], step[pending]) for move in ways]
+      for attempt in tried:
+        evaluations[pending] += attempt[4]
+      times = np.stack([np.where(t[3], t[2], np.inf) for t in tried])
+      for i, b in enumerate(pending):
+        pick = tried[int(np.argmin(times[:, i]))]
+        groups[b], peak[b], step[b], valid[b] = (pick[0][i], pick[1][i],
+                                                 pick[2][i], pick[3][i])
+      pending = pending[~valid[pending]]
     # Step 3: the fills, each followed by step 2's spill.
     for primary_first in (True, False):
       if not pending.size:
