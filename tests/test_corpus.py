@@ -392,3 +392,27 @@ def test_dual_encoder_joins_two_towers_only_in_the_contrastive_loss():
   # Both towers are trained through the one loss.
   for tower in ("image_block1", "text_block0"):
     assert any(n.startswith(f"gradient_tape/{tower}/") for n in names), tower
+
+
+def _tiny_perceiver(repeats):
+  return store.build_graph(_variant(
+      "tiny_perceiver", families.PERCEIVER, latents=3, hidden=8, layers=1,
+      repeats=repeats, image_size=8, patch=4, batch=2, heads=2,
+      input_width=6, classes=5), DEVICES)
+
+
+def test_perceiver_reads_the_image_once_per_repeat_with_shared_weights():
+  once, thrice = _tiny_perceiver(1), _tiny_perceiver(3)
+  softmax = [thrice.output_shapes[i][0]
+             for i, t in enumerate(thrice.op_types) if t == "Softmax"]
+  # Each repeat: 3 latents attend to 4 patches (one head), then to each
+  # other (two heads).
+  assert sorted(softmax) == sorted([(2, 1, 3, 4)] * 3 + [(2, 2, 3, 3)] * 3)
+  queries = [n for n in thrice.node_names
+             if n.startswith("cross_attention/query/einsum")
+             and n.endswith("/Einsum")]
+  assert len(queries) == 3
+  # The same weights each time: as many updates as with one repeat.
+  def updates(graph):
+    return graph.op_types.count("AssignSubVariableOp")
+  assert updates(thrice) == updates(once) > 0

@@ -11,9 +11,9 @@ Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network and a
-CLIP-style dual encoder written with tf_keras layers (`transformers`,
+CLIP-style dual encoder and a Perceiver written with tf_keras layers (`transformers`,
 `recurrent`, `vision_models`, `recommenders`, `speech`, `gan`, `detector`,
-`moe`, `gnn`, `dual_encoder`), Keras 3
+`moe`, `gnn`, `dual_encoder`, `perceiver`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -28,11 +28,11 @@ SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
- DUAL_ENCODER, ZOO, GENERATED) = (
+ DUAL_ENCODER, PERCEIVER, ZOO, GENERATED) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
-     "zoo", "generated")
+     "perceiver", "zoo", "generated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +142,16 @@ def _dual_encoders(sizes):
       for image, text, hidden, seq, batch in sizes])
 
 
+def _perceivers(sizes):
+  """(latents, hidden, latent layers, repeats, batch) per variant; 224x224
+  images in 8x8 patches, 8 heads."""
+  return _variants("perceiver", PERCEIVER, [
+      (f"perceiver_n{latents}_h{hidden}_l{layers}_r{repeats}_b{batch}",
+       dict(latents=latents, hidden=hidden, layers=layers, repeats=repeats,
+            image_size=224, patch=8, batch=batch))
+      for latents, hidden, layers, repeats, batch in sizes])
+
+
 def _keras3_models(applications, decoders):
   """Keras 3 applications at (name, image size, batch), and decoders at
   (layers, hidden, heads, sequence length, batch)."""
@@ -206,6 +216,8 @@ KERAS3_APPLICATIONS = (("InceptionV3", 299, 32), ("ConvNeXtSmall", 224, 64))
 KERAS3_DECODERS = ((8, 768, 12, 512, 16), (6, 1024, 16, 1024, 16))
 DUAL_ENCODER_SIZES = ((6, 6, 512, 64, 64), (12, 12, 768, 77, 32),
                       (12, 12, 768, 77, 96), (8, 6, 512, 77, 256))
+PERCEIVER_SIZES = ((128, 512, 4, 2, 32), (256, 768, 6, 2, 24),
+                   (256, 768, 6, 2, 64), (256, 1024, 6, 4, 40))
 
 
 def _zoo(family, items):
@@ -356,6 +368,11 @@ _FAMILIES = (
            "symmetric contrastive loss with a learned temperature, Adam "
            "(corpus.dual_encoder)",
            _dual_encoders(DUAL_ENCODER_SIZES)),
+    Family("perceiver", EVAL, "Perceiver-style image classifier: a learned "
+           "latent array cross-attends to image patches, then latent "
+           "self-attention blocks; cross-attention and blocks applied again "
+           "with the same weights, Adam (corpus.perceiver)",
+           _perceivers(PERCEIVER_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -118,6 +118,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import gnn
   from tf_gdp.corpus import keras3_models
   from tf_gdp.corpus import moe
+  from tf_gdp.corpus import perceiver
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
   from tf_gdp.corpus import speech
@@ -147,6 +148,7 @@ def _extract(variant: families.Variant):
       families.KERAS3_APPLICATION: lambda: keras3_models.application(**args),
       families.KERAS3_DECODER: lambda: keras3_models.language_model(**args),
       families.DUAL_ENCODER: lambda: dual_encoder.contrastive_model(**args),
+      families.PERCEIVER: lambda: perceiver.classifier(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
