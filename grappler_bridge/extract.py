@@ -185,10 +185,13 @@ def read_graph_file(path: str) -> meta_graph_pb2.MetaGraphDef:
   return meta_graph
 
 
-# Attributes that mark a function for XLA compilation; Grappler never inlines
-# such a call (Keras's grouped and depthwise convolutions are one), so they
-# are dropped: the flat graph is the ops XLA would have fused, each placeable.
-_JIT_ATTRIBUTES = ("_XlaMustCompile", "_noinline")
+# Attributes that keep Grappler's function pass from inlining a call, so they
+# are dropped: a function marked for XLA compilation (Keras's grouped and
+# depthwise convolutions are one) becomes the ops XLA would have fused, each
+# placeable; a function that names the API it implements (Keras's LSTM and
+# GRU layers, which leave cuDNN or the plain loop to Grappler's
+# implementation selector) becomes the implementation the trace chose.
+_JIT_ATTRIBUTES = ("_XlaMustCompile", "_noinline", "api_implements")
 
 
 def _allow_inlining_of_jit_functions(graph_def) -> None:

@@ -206,6 +206,24 @@ def test_decorator_places_on_first_call():
     step(x[:8], y[:8])
 
 
+def test_keras_recurrent_layers_without_unrolling_place_and_match():
+  # Keras's LSTM and GRU layers call a loop behind an `api_implements`
+  # function, which Grappler alone would not inline.
+  _need_two_cpus()
+  tokens = tf.constant([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
+  for layer in (tf_keras.layers.LSTM, tf_keras.layers.GRU):
+    tf_keras.utils.set_random_seed(2)
+    model = tf_keras.Sequential([tf_keras.layers.Embedding(10, 4),
+                                 layer(6), tf_keras.layers.Dense(2)])
+    model(tokens)
+    loss = lambda t: tf.reduce_sum(tf.square(model(t)))
+    placed = gdp.place(loss, tokens, devices=DEVICES, method="round_robin",
+                       compare=())
+    np.testing.assert_allclose(placed(tokens).numpy(), loss(tokens).numpy(),
+                               rtol=1e-5)
+    assert len(set(placed.placement.values())) == 2
+
+
 def test_plain_function_with_literal_default_and_no_outputs():
   _need_two_cpus()
   total = tf.Variable(0.0)

@@ -60,6 +60,22 @@ def test_jit_compiled_functions_are_inlined_too():
                                       "StatefulPartitionedCall"}
 
 
+def test_keras_recurrent_layers_are_inlined_to_their_loop():
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  layer = tf_keras.layers.LSTM(4)
+  tokens = tf.ones([2, 3, 5])
+  layer(tokens)
+
+  def step(x):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(layer(x))
+    return tape.gradient(loss, layer.trainable_variables)
+
+  ops = _ops(extract.from_function(step, tokens))
+  assert not ops & {"PartitionedCall", "StatefulPartitionedCall"}
+  assert {"Enter", "NextIteration", "MatMul"} <= ops
+
+
 def test_variable_updates_are_fetches():
   variable = tf.Variable(tf.ones([3, 3]))
   extracted = extract.from_function(_control_flow_step(variable), tf.ones([3, 3]))

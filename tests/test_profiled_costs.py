@@ -100,6 +100,21 @@ def test_graphs_that_cannot_be_profiled_keep_their_costs(tmp_path):
   assert "not attached" in info["why"]
 
 
+def test_a_graph_that_does_not_run_keeps_its_costs_and_says_why(
+    train_step_saved_model, monkeypatch):
+  loaded = graph_specs.load(train_step_saved_model, devices="local-cpus:2")
+
+  def fails(extracted, target, **kwargs):
+    raise RuntimeError("cannot profile: a lookup table is not a variable\n"
+                       "more detail")
+
+  monkeypatch.setattr("tf_gdp.runtime.measure.profile", fails)
+  graph, info = profiled_costs.profiled_graph(
+      loaded.graph, loaded.extracted, topology_lib.get("local-cpus:2"))
+  assert graph is loaded.graph and info["source"] == "roofline"
+  assert info["why"] == "cannot profile: a lookup table is not a variable"
+
+
 def test_place_reports_what_priced_the_ops_and_the_links(
     train_step_saved_model, tmp_path):
   outcomes = place_batch.place_many(

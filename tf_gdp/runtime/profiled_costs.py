@@ -29,9 +29,9 @@ from typing import Callable, Mapping, Optional, Tuple
 
 import numpy as np
 
+from grappler_bridge import errors as bridge_errors
 from grappler_bridge import side_effects
 
-from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp import graph_specs
 from tf_gdp.cost import topology as topology_lib
@@ -113,7 +113,7 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
           device=first.name if target == targets.LOCAL else None,
           allow_side_effects=allow_side_effects)
     except RuntimeError as e:
-      return graph, {"source": "roofline", "why": errors.first_line(e)}
+      return graph, {"source": "roofline", "why": bridge_errors.first_line(e)}
     found = (found.op_times_us, found.step_time_us)
     _write_cache(path, found, target, time.perf_counter() - started)
   op_times, step_time = found
