@@ -11,7 +11,8 @@ from tf_gdp.bench import third_party_graphs
 
 def test_the_steps_are_benchmark_graphs(monkeypatch):
   monkeypatch.setattr(third_party_graphs, "require_library", lambda: None)
-  sources = bench_graphs.parse("hf_bert_base,hf_gpt2_small,hf_vit_base")
+  sources = bench_graphs.parse(
+      "hf_bert_base,hf_gpt2_small,hf_vit_base,hf_t5_small")
   assert [s.label for s in sources] == list(third_party_graphs.BUILDERS)
   assert all(isinstance(s, bench_graphs.BuiltGraph) for s in sources)
 
