@@ -191,17 +191,17 @@ def read_graph_file(path: str) -> meta_graph_pb2.MetaGraphDef:
 # placeable; a function that names the API it implements (Keras's LSTM and
 # GRU layers, which leave cuDNN or the plain loop to Grappler's
 # implementation selector) becomes the implementation the trace chose.
-_JIT_ATTRIBUTES = ("_XlaMustCompile", "_noinline", "api_implements")
+_NO_INLINE_ATTRIBUTES = ("_XlaMustCompile", "_noinline", "api_implements")
 
 
-def _allow_inlining_of_jit_functions(graph_def) -> None:
+def _allow_inlining(graph_def) -> None:
   for function in graph_def.library.function:
-    for name in _JIT_ATTRIBUTES:
+    for name in _NO_INLINE_ATTRIBUTES:
       if name in function.attr:
         del function.attr[name]
   for node in graph_def.node:
     if node.op in ("PartitionedCall", "StatefulPartitionedCall"):
-      for name in _JIT_ATTRIBUTES:
+      for name in _NO_INLINE_ATTRIBUTES:
         if name in node.attr:
           del node.attr[name]
 
@@ -218,7 +218,7 @@ def flatten(meta_graph: meta_graph_pb2.MetaGraphDef,
   collection = source.collection_def[FETCH_COLLECTION]
   collection.Clear()
   collection.node_list.value.extend(fetches)
-  _allow_inlining_of_jit_functions(source.graph_def)
+  _allow_inlining(source.graph_def)
   try:
     flat_graph_def = tf_optimizer.OptimizeGraph(
         _flattening_config(), source, strip_default_attributes=False)

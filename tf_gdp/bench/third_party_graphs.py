@@ -7,8 +7,8 @@ small as a causal one, T5-small as an encoder-decoder (the labels are the
 source; the model shifts them into the decoder's inputs) and ViT-base as an
 image classifier, each from its library's default configuration with random
 weights (nothing is downloaded), the model's own loss, and `tf_keras` Adam
-with its slots built before the step is traced. They are for information (not a corpus family, not used in
-training or in the tests).
+with its slots built before the step is traced. They are for information
+(not a corpus family, not used in training or in the tests).
 
 `transformers` is not a dependency: only its 4.x releases carry TF model code
 (checked with 4.46.3; `pip install "transformers<5"`).

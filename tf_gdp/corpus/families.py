@@ -10,10 +10,10 @@ the split is by family and fixed here: a policy is pre-trained on the
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
-detector, a mixture-of-experts transformer, a graph neural network and a
-CLIP-style dual encoder and a Perceiver written with tf_keras layers (`transformers`,
-`recurrent`, `vision_models`, `recommenders`, `speech`, `gan`, `detector`,
-`moe`, `gnn`, `dual_encoder`, `perceiver`), Keras 3
+detector, a mixture-of-experts transformer, a graph neural network, a
+CLIP-style dual encoder and a Perceiver written with tf_keras layers
+(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
+`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
