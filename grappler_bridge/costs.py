@@ -231,6 +231,9 @@ def _base_metadata(graph: graph_view.Graph, analysis: _Analysis):
       "flops_unknown_rule": "1 FLOP per output element",
       "unknown_shape_nodes": analysis.outputs.unknown_shape_nodes,
       "captured_variables_with_shape": len(graph.handle_shapes),
+      # One LoopCond per lowered while loop: each op is kept once, so a
+      # loop's body is priced as one iteration (`tf_gdp.cost.loop_caveat`).
+      "while_loops": sum(node.op == "LoopCond" for node in graph.nodes),
   }
 
 

@@ -222,6 +222,8 @@ def test_keras_recurrent_layers_without_unrolling_place_and_match():
     np.testing.assert_allclose(placed(tokens).numpy(), loss(tokens).numpy(),
                                rtol=1e-5)
     assert len(set(placed.placement.values())) == 2
+    # The report says what the prices of the layer's loop leave out.
+    assert placed.report()["costs"]["loops"].startswith("1 while loop:")
 
 
 def test_plain_function_with_literal_default_and_no_outputs():

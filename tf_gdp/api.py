@@ -37,6 +37,7 @@ from tf_gdp import placement_file
 from tf_gdp import placing
 from tf_gdp import target_devices
 from tf_gdp.baselines import valid_result
+from tf_gdp.cost import loop_caveat
 from tf_gdp.cost import topology as topology_lib
 
 LOCAL = target_devices.LOCAL
@@ -235,6 +236,10 @@ class PlacedFunction:
       graph, costs = profiled_costs.profiled_graph(
           graph, extracted, topo, pinned=pins,
           allow_side_effects=options.allow_side_effects)
+    loops = loop_caveat.caveat(graph, costs["source"])
+    if loops:
+      costs = {**costs, "loops": loops}
+      logging.warning("%s: %s", graph.name, loops)
     if options.placement is not None:
       result = _reapply(graph, topo, options.placement, options.compare,
                         options.seed)

@@ -34,6 +34,7 @@ from tf_gdp import fileio
 from tf_gdp import graph_specs
 from tf_gdp import gdp_method
 from tf_gdp import placing
+from tf_gdp.cost import loop_caveat
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import identity
 
@@ -106,6 +107,10 @@ def place_many(spec: str, devices: str, out_dir: str, *,
             loaded.graph, loaded.extracted, topology,
             allow_side_effects=allow_side_effects, log=log)
         loaded = dataclasses.replace(loaded, graph=graph)
+      loops = loop_caveat.caveat(loaded.graph, costs["source"])
+      if loops:
+        costs = {**costs, "loops": loops}
+        log(f"  {item.label}: {loops}")
       outcome.nodes = loaded.graph.num_nodes
       result = placing.place(
           loaded.graph, topology, method, budget_seconds=budget_seconds,
