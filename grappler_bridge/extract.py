@@ -100,8 +100,12 @@ def from_concrete_function(concrete) -> ExtractedGraph:
   arg_tensors = inputs[:len(inputs) - num_captures]
   capture_tensors = inputs[len(inputs) - num_captures:]
   graph_def = graph.as_graph_def(add_shapes=True)
+  # No collections: a function has none of its own, and those a TF1
+  # SavedModel's signature inherits name initializers the loader pruned
+  # away (Grappler then refuses the graph).
   meta_graph = tf.compat.v1.train.export_meta_graph(
-      graph_def=graph_def, graph=graph, clear_devices=False)
+      graph_def=graph_def, graph=graph, clear_devices=False,
+      collection_list=[])
   flat = flatten(meta_graph, fetches)
   return ExtractedGraph(
       meta_graph=flat,
@@ -192,18 +196,34 @@ def read_graph_file(path: str) -> meta_graph_pb2.MetaGraphDef:
 # GRU layers, which leave cuDNN or the plain loop to Grappler's
 # implementation selector) becomes the implementation the trace chose.
 _NO_INLINE_ATTRIBUTES = ("_XlaMustCompile", "_noinline", "api_implements")
+# Functional control flow that Grappler lowers only when this attribute is
+# true. `tf.while_loop` and `tf.cond` set it; ops built directly, as
+# `tf.nn.ctc_loss`'s scans build their `While`, do not, and would stay
+# functional (unplaceable as one node).
+_LOWERING_ATTRIBUTE = "_lower_using_switch_merge"
+_LOWERABLE_OPS = frozenset(
+    {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
 
 
 def _allow_inlining(graph_def) -> None:
+  """Clears what would keep a call inlined or control flow functional."""
   for function in graph_def.library.function:
     for name in _NO_INLINE_ATTRIBUTES:
       if name in function.attr:
         del function.attr[name]
+    _allow_lowering(function.node_def)
   for node in graph_def.node:
     if node.op in ("PartitionedCall", "StatefulPartitionedCall"):
       for name in _NO_INLINE_ATTRIBUTES:
         if name in node.attr:
           del node.attr[name]
+  _allow_lowering(graph_def.node)
+
+
+def _allow_lowering(nodes) -> None:
+  for node in nodes:
+    if node.op in _LOWERABLE_OPS:
+      node.attr[_LOWERING_ATTRIBUTE].b = True
 
 
 def flatten(meta_graph: meta_graph_pb2.MetaGraphDef,

@@ -7,7 +7,8 @@ a Session given only the GraphDef has none of them. The in-process profile
 each captured handle becomes an in-graph variable (VarHandleOp) initialized
 from the captured variable's current value (the caller's variable is never
 written), the other captures and the arguments are fed, and a bare graph's
-own VarHandleOps start from small values. Every VarHandleOp gets a fresh
+own VarHandleOps (and a TF1 graph's reference variables) start from small
+values. Every VarHandleOp gets a fresh
 shared name, so that two runs never share a variable.
 """
 
@@ -26,6 +27,10 @@ from tensorflow.core.framework import types_pb2  # pylint: disable=g-import-not-
 from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
 from grappler_bridge import graph_view  # pylint: disable=g-import-not-at-top
 
+# TF1 reference variables: their values live in the session that runs them,
+# so a graph of them (a TF1 MetaGraphDef or SavedModel) is initialized here
+# like a bare graph's VarHandleOps.
+REF_VARIABLE_OPS = frozenset({"VariableV2", "Variable"})
 # Initial value range of in-graph variables nobody gave a value for (a bare
 # GraphDef's VarHandleOps): small, so repeated training steps stay finite.
 _UNKNOWN_INIT_SCALE = 0.05
@@ -46,7 +51,7 @@ class RunnableGraph:
   """A GraphDef a Session can run on its own, with what to feed."""
   graph_def: Any
   feeds: Dict[str, np.ndarray]  # placeholder name -> value (every step)
-  variables: Dict[str, np.ndarray]  # VarHandleOp name -> initial value
+  variables: Dict[str, np.ndarray]  # variable node name -> initial value
   name_prefix: str = "tf_gdp"
 
   def imported(self, fetches: Sequence[str]) -> ImportedStep:
@@ -64,8 +69,11 @@ class RunnableGraph:
           value_input = tf.compat.v1.placeholder(
               tf.dtypes.as_dtype(value.dtype), value.shape,
               name=f"{self.name_prefix}_init/{name}")
-          init_ops.append(tf.raw_ops.AssignVariableOp(resource=handle,
-                                                      value=value_input))
+          if handle.op.type in REF_VARIABLE_OPS:
+            init_ops.append(tf.raw_ops.Assign(ref=handle, value=value_input).op)
+          else:
+            init_ops.append(tf.raw_ops.AssignVariableOp(resource=handle,
+                                                        value=value_input))
         init_feeds[value_input] = value
       targets = [graph.get_operation_by_name(f) for f in fetches]
       feeds = {graph.get_tensor_by_name(f"{name}:0"): value
@@ -122,10 +130,11 @@ def runnable_graph(graph: graph_view.Graph,
         feeds[node.name] = arg_feeds[node.name]
       else:
         feeds[node.name] = _ones(dtype, node.attr["shape"].shape)
-    elif node.op == "VarHandleOp" and node.name not in variables:
+    elif (node.op == "VarHandleOp" or node.op in REF_VARIABLE_OPS
+         ) and node.name not in variables:
       variables[node.name] = _small_values(node.attr["dtype"].type,
                                            node.attr["shape"].shape)
-    if node.op == "VarHandleOp":
+    if node.op == "VarHandleOp" or node.op in REF_VARIABLE_OPS:
       node.attr["shared_name"].s = (
           f"{name_prefix}/{run_id}/{node.name}".encode())
   return RunnableGraph(runnable, feeds, variables, name_prefix)

@@ -226,6 +226,25 @@ def test_keras_recurrent_layers_without_unrolling_place_and_match():
     assert placed.report()["costs"]["loops"].startswith("1 while loop:")
 
 
+def test_ctc_loss_scans_place_and_match():
+  _need_two_cpus()
+  weights = tf.Variable(tf.random.stateless_normal([5, 4], [1, 2]))
+  labels = tf.constant([[1, 2], [2, 2]])
+
+  def loss(features):
+    logits = tf.einsum("btf,fc->btc", features, weights)
+    return tf.reduce_sum(tf.nn.ctc_loss(
+        labels, logits, tf.fill([2], 2), tf.fill([2], 6),
+        logits_time_major=False, blank_index=-1))
+
+  features = tf.random.stateless_normal([2, 6, 5], [3, 4])
+  placed = gdp.place(loss, features, devices=DEVICES, method="round_robin",
+                     compare=())
+  np.testing.assert_allclose(placed(features).numpy(),
+                             loss(features).numpy(), rtol=1e-5)
+  assert len(set(placed.placement.values())) == 2
+
+
 def test_plain_function_with_literal_default_and_no_outputs():
   _need_two_cpus()
   total = tf.Variable(0.0)

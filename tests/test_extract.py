@@ -76,6 +76,21 @@ def test_keras_recurrent_layers_are_inlined_to_their_loop():
   assert {"Enter", "NextIteration", "MatMul"} <= ops
 
 
+def test_while_ops_built_directly_are_lowered_too():
+  # `tf.nn.ctc_loss` scans with a `While` op it builds itself, without the
+  # attribute `tf.while_loop` sets for lowering.
+  labels = tf.constant([[1, 2], [2, 1]])
+
+  def step(logits):
+    return tf.nn.ctc_loss(labels, logits, tf.fill([2], 2), tf.fill([2], 4),
+                          logits_time_major=False, blank_index=-1)
+
+  ops = _ops(extract.from_function(step, tf.ones([2, 4, 3])))
+  assert not ops & {"While", "StatelessWhile", "PartitionedCall",
+                    "StatefulPartitionedCall"}
+  assert {"Enter", "NextIteration", "LoopCond"} <= ops
+
+
 def test_variable_updates_are_fetches():
   variable = tf.Variable(tf.ones([3, 3]))
   extracted = extract.from_function(_control_flow_step(variable), tf.ones([3, 3]))

@@ -100,6 +100,9 @@ def place_many(spec: str, devices: str, out_dir: str, *,
     clock = time.perf_counter()
     try:
       loaded = item.load(devices)
+      if write_graph and loaded.saved_model_signature is not None:
+        from grappler_bridge import export  # pylint: disable=g-import-not-at-top
+        export.check_saved_model_source(loaded.extracted)  # before the search
       costs = {"source": "as loaded"}
       if profile:
         from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
@@ -127,6 +130,7 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                     pictures=pictures, write_graph=write_graph,
                     extra_report={"costs": costs})
     except errors.InputError as e:
+      outcome.result = None  # its outputs could not all be written
       outcome.error = grappler_errors.first_line(e)
       log(f"  skipped {item.label}: {outcome.error}")
     outcome.seconds = time.perf_counter() - clock

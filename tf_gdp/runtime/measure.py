@@ -303,7 +303,8 @@ def profile(extracted: extract.ExtractedGraph,
   Args:
     extracted: the flat graph.
     target: as for `measure`.
-    device: where every node runs (default: the target's first device).
+    device: where every node runs (default: the target's first device),
+      but for ops the graph pins elsewhere.
     example_args: as for `measure`.
     warmup: untraced steps first.
     repeats: traced steps.
@@ -326,9 +327,13 @@ def profile(extracted: extract.ExtractedGraph,
   try:
     with targets.opened(target) as opened:
       device = device or opened.default_device
+      # An op the graph pins elsewhere stays there (its time is its
+      # device's); a pin to a device the target lacks fails the run below.
+      captures = set(extracted.capture_names)
       placed = rewrite.apply_placement(
           extracted.graph_def,
-          {node.name: device for node in extracted.graph_def.node})
+          {node.name: device for node in extracted.graph_def.node
+           if not node.device or node.name in captures})
       try:
         with placed_session.placed_session(extracted, placed, feeds, opened,
                                            timeout_s, False) as run:
