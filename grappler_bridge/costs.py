@@ -8,6 +8,8 @@ one HardwareSpec per device kind; each part has its own module:
 * `tensor_sizes`: output shapes (Grappler's static inference) and bytes, and
   `memory_bytes`, the size of the variable a node creates;
 * `edges`: data/control edges (a DAG) and while-loop back-edges;
+* `loops`: how many times each op of a while loop runs per step (its
+  roofline cost is multiplied by it; the simulator repeats its transfers);
 * `grappler_estimates`: FLOPs from Grappler's analytical cost model, and its
   per-op times for the optional cross-check;
 * `roofline`: bytes accessed and the cost of a node on a device kind,
@@ -38,6 +40,7 @@ from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
 from grappler_bridge import grappler_estimates  # pylint: disable=g-import-not-at-top
 from grappler_bridge import graph_view  # pylint: disable=g-import-not-at-top
 from grappler_bridge import hardware as hw  # pylint: disable=g-import-not-at-top
+from grappler_bridge import loops  # pylint: disable=g-import-not-at-top
 from grappler_bridge import profiling  # pylint: disable=g-import-not-at-top
 from grappler_bridge import roofline  # pylint: disable=g-import-not-at-top
 from grappler_bridge import tensor_sizes  # pylint: disable=g-import-not-at-top
@@ -156,7 +159,9 @@ def op_graph_document(extracted_or_metagraph,
   metadata = _base_metadata(graph, analysis)
   costs = {}
   for kind, spec in specs.items():
-    costs[kind] = roofline.roofline_us(analysis.work, spec)
+    # A loop's ops run once per iteration (a profile counts them all).
+    costs[kind] = (roofline.roofline_us(analysis.work, spec) *
+                   analysis.loops.executions)
     metadata["cost_source"][kind] = f"roofline:{spec.name}"
   if checked_profile:
     metadata["profile"] = _profile_metadata(
@@ -194,6 +199,7 @@ class _Analysis:
   handle_inputs: graph_view.HandleInputs
   memory: List[int]
   work: roofline.Work
+  loops: loops.Loops
 
 
 def _analyze(graph: graph_view.Graph, index: Dict[str, int]) -> _Analysis:
@@ -210,7 +216,8 @@ def _analyze(graph: graph_view.Graph, index: Dict[str, int]) -> _Analysis:
       nodes, handle_inputs, outputs.dtypes, edges, memory)
   work = roofline.node_work(nodes, grappler_estimates.op_estimates(item),
                             outputs, edges.input_bytes, resource_bytes)
-  return _Analysis(item, outputs, edges, handle_inputs, memory, work)
+  return _Analysis(item, outputs, edges, handle_inputs, memory, work,
+                   loops.analyze(nodes, outputs.shapes))
 
 
 def _base_metadata(graph: graph_view.Graph, analysis: _Analysis):
@@ -231,9 +238,11 @@ def _base_metadata(graph: graph_view.Graph, analysis: _Analysis):
       "flops_unknown_rule": "1 FLOP per output element",
       "unknown_shape_nodes": analysis.outputs.unknown_shape_nodes,
       "captured_variables_with_shape": len(graph.handle_shapes),
-      # One LoopCond per lowered while loop: each op is kept once, so a
-      # loop's body is priced as one iteration (`tf_gdp.cost.loop_caveat`).
+      # One LoopCond per lowered while loop; its iterations per run where
+      # the graph fixes them (`loops`), else null: that loop is priced as
+      # one iteration (`tf_gdp.cost.loop_caveat`).
       "while_loops": sum(node.op == "LoopCond" for node in graph.nodes),
+      "loop_trips": analysis.loops.trips,
   }
 
 
@@ -289,6 +298,8 @@ def _node_dicts(graph: graph_view.Graph, costs, analysis: _Analysis, groups,
         "memory_bytes": int(analysis.memory[i]),
         "temp_bytes": int(work.temp_bytes[i]),
     }
+    if analysis.loops.executions[i] > 1:
+      entry["executions"] = int(analysis.loops.executions[i])
     if i in groups:
       entry["colocation_group"] = groups[i]
     if kinds[i] is not None:

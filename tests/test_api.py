@@ -222,8 +222,9 @@ def test_keras_recurrent_layers_without_unrolling_place_and_match():
     np.testing.assert_allclose(placed(tokens).numpy(), loss(tokens).numpy(),
                                rtol=1e-5)
     assert len(set(placed.placement.values())) == 2
-    # The report says what the prices of the layer's loop leave out.
-    assert placed.report()["costs"]["loops"].startswith("1 while loop:")
+    # The report says how the layer's loop is priced: once per time step.
+    assert placed.report()["costs"]["loops"].startswith(
+        "1 while loop (5 iterations)")
 
 
 def test_ctc_loss_scans_place_and_match():

@@ -27,14 +27,24 @@ def test_the_bridge_counts_lowered_loops():
   assert _document(tf.square, tf.ones([2]))["metadata"]["while_loops"] == 0
 
 
+def _with_loops(graph, **metadata):
+  return json_io.from_document({
+      **json_io.to_document(graph), "metadata": {**graph.metadata, **metadata}})
+
+
 def test_the_caveat_names_how_the_loop_ops_were_priced():
   graph = generators.random_layered_graph(10, width=2)
   assert loop_caveat.caveat(graph, "roofline") is None
-  looped = json_io.from_document({
-      **json_io.to_document(graph),
-      "metadata": {**graph.metadata, "while_loops": 2}})
-  roofline = loop_caveat.caveat(looped, "roofline")
-  profiled = loop_caveat.caveat(looped, "profiled")
-  assert roofline.startswith("2 while loops:") and "one iteration" in roofline
-  assert "all iterations" in profiled
+  unread = _with_loops(graph, while_loops=2)  # no trip counts known
+  roofline = loop_caveat.caveat(unread, "roofline")
+  profiled = loop_caveat.caveat(unread, "profiled")
+  assert roofline.startswith("2 while loops, run a number of times")
+  assert "one iteration" in roofline and "all iterations" in profiled
   assert all("once per step" in text for text in (roofline, profiled))
+  counted = loop_caveat.caveat(
+      _with_loops(graph, while_loops=2, loop_trips=[6, 6]), "roofline")
+  assert counted.startswith("2 while loops (6 iterations)")
+  assert "once per iteration" in counted
+  mixed = loop_caveat.caveat(
+      _with_loops(graph, while_loops=2, loop_trips=[6, None]), "roofline")
+  assert mixed.startswith("1 of 2 while loops run a number of times")

@@ -316,6 +316,8 @@ def random_graph(rng, n):
   groups = [None if rng.random() < 0.7 else f"g{rng.integers(3)}"
             for _ in range(n)]
   kinds = [None if rng.random() < 0.8 else ("CPU",) for _ in range(n)]
+  # Some ops inside while loops: their tensors are sent once per iteration.
+  executions = rng.integers(1, 4, n) if rng.random() < 0.3 else None
   return op_graph.OpGraph.build(
       name="random", node_names=[f"n{i}" for i in range(n)],
       op_types=["Op"] * n,
@@ -326,7 +328,7 @@ def random_graph(rng, n):
       temp_bytes=rng.integers(0, 3, n) * 100,
       edge_src=[e[0] for e in edges], edge_dst=[e[1] for e in edges],
       edge_bytes=nbytes, edge_output=slots, colocation_groups=groups,
-      device_kinds=kinds,
+      device_kinds=kinds, executions=executions,
       fetches=[f"n{i}" for i in range(n) if rng.random() < 0.2])
 
 
@@ -460,3 +462,20 @@ def test_a_preset_topology_runs():
                               topo)
   assert result.step_time_us > 0
   assert result.peak_memory_bytes.shape == (topo.num_devices,)
+
+
+def test_a_tensor_made_in_a_loop_is_sent_once_per_iteration():
+  def chain(executions):
+    return op_graph.OpGraph.build(
+        name="loop", node_names=["a", "b"], op_types=["Op", "Op"],
+        costs={"GPU": [1.0, 1.0]}, output_bytes=[1000, 0],
+        memory_bytes=[0, 0], edge_src=[0], edge_dst=[1], edge_bytes=[1000],
+        executions=executions)
+  topo = _topo()
+  once = simulator.simulate(chain(None), [0, 1], topo)
+  looped = simulator.simulate(chain([5, 5]), [0, 1], topo)
+  out_of_loop = simulator.simulate(chain([5, 1]), [0, 1], topo)
+  link = topo.transfer_us(0, 1, 1000)
+  assert looped.step_time_us - once.step_time_us == pytest.approx(4 * link)
+  assert out_of_loop.step_time_us == pytest.approx(once.step_time_us)
+  assert looped.transfer_bytes == 5 * once.transfer_bytes

@@ -69,7 +69,7 @@ def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
 @compiled.jit
 def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         in_src, in_control, out_ptr, out_dst, out_control, tensor_bytes,
-        tensor_edge_ptr, tensor_dst, tensor_in_pos, node_tensor_ptr,
+        tensor_repeats, tensor_edge_ptr, tensor_dst, tensor_in_pos, node_tensor_ptr,
         start_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
         route_channels, control_transfers, cpu_send, cpu_recv, lifo,
@@ -86,7 +86,9 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   owes `cpu_send` (`cpu_recv`) us plus `cpu_send_per_byte`
   (`cpu_recv_per_byte`) us per byte, added to the next op it runs; a transfer
   holds its route's channels for its link time less `pipelined` us (at
-  least until it starts), after which the next transfer may start.
+  least until it starts), after which the next transfer may start. A tensor
+  made inside a while loop is sent `tensor_repeats` times per step: its
+  transfer takes that many link times and owes that many CPU costs.
 
   Returns:
     (step time, busy us per device, peak bytes per device, bytes moved,
@@ -104,6 +106,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   k_x = np.empty(m, np.int32)
   x_tensor = np.empty(m, np.int32)
   x_bytes = np.empty(m, np.int64)
+  x_rep = np.empty(m, np.int64)
   x_src = np.empty(m, np.uint32)
   x_dst = np.empty(m, np.uint32)
   x_pair = np.empty(m, np.uint32)  # src * d + dst
@@ -148,6 +151,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           x_of_device[dv] = num_x
           x_tensor[num_x] = ti
           x_bytes[num_x] = tensor_bytes[ti]
+          x_rep[num_x] = tensor_repeats[ti]
           x_src[num_x] = pu
           x_dst[num_x] = dv
           x_pair[num_x] = pu * d + dv
@@ -180,6 +184,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           x_of_device[dv] = num_x
           x_tensor[num_x] = -1
           x_bytes[num_x] = 0
+          x_rep[num_x] = 1
           x_src[num_x] = pu
           x_dst[num_x] = dv
           x_pair[num_x] = pu * d + dv
@@ -301,14 +306,15 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         s = x_src[x]
         dv = x_dst[x]
         size = x_bytes[x]
-        end = now + _link_us(s, dv, size, latency, bytes_per_us, table_bytes,
-                             table_us)
+        rep = x_rep[x]
+        end = now + rep * _link_us(s, dv, size, latency, bytes_per_us,
+                                   table_bytes, table_us)
         if dev_busy[s]:
-          debt[s] += cpu_send + size * cpu_send_per_byte
+          debt[s] += rep * (cpu_send + size * cpu_send_per_byte)
         if record:
           x_start[x] = now
           x_end[x] = end
-        moved += size
+        moved += rep * size
         memory[dv] += size
         if memory[dv] > peak[dv]:
           peak[dv] = memory[dv]
@@ -399,7 +405,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
           continue
         dv = x_dst[x]
         if dev_busy[dv]:
-          debt[dv] += cpu_recv + x_bytes[x] * cpu_recv_per_byte
+          debt[dv] += x_rep[x] * (cpu_recv + x_bytes[x] * cpu_recv_per_byte)
         for k in range(xc_ptr[x], xc_ptr[x + 1]):
           w = xc_node[k]
           pending[w] -= 1

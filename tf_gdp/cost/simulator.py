@@ -111,6 +111,8 @@ class SimulatorPlan:
     tensor_src, tensor_slot: int[t] producer and output slot per tensor;
       tensors are sorted by (producer, slot).
     tensor_bytes: int[t] largest edge bytes of the tensor.
+    tensor_repeats: int[t] times the tensor is sent per step (> 1 inside a
+      while loop: `OpGraph.executions`).
     tensor_edge_ptr, tensor_edges: CSR of each tensor's consumer edges.
     node_tensor_ptr: int[n + 1] tensors of node u are
       node_tensor_ptr[u]:node_tensor_ptr[u + 1].
@@ -132,6 +134,7 @@ class SimulatorPlan:
   tensor_src: np.ndarray
   tensor_slot: np.ndarray
   tensor_bytes: np.ndarray
+  tensor_repeats: np.ndarray
   tensor_edge_ptr: np.ndarray
   tensor_edges: np.ndarray
   node_tensor_ptr: np.ndarray
@@ -242,6 +245,11 @@ def _build_plan(graph: op_graph.OpGraph) -> SimulatorPlan:
   tensor_slot[tensor_of_data] = slot
   tensor_bytes = np.zeros(num_tensors, np.int64)
   np.maximum.at(tensor_bytes, tensor_of_data, graph.edge_bytes[data])
+  # A tensor is sent as often as both its ends run (once into and out of a
+  # loop, every iteration inside one).
+  tensor_repeats = np.ones(num_tensors, np.int64)
+  np.maximum.at(tensor_repeats, tensor_of_data, np.minimum(
+      graph.executions[src[data]], graph.executions[dst[data]]))
   by_tensor = np.argsort(tensor_of_data, kind="stable")
   tensor_edges = data[by_tensor].astype(np.int64)
   tensor_edge_ptr = np.searchsorted(tensor_of_data[by_tensor],
@@ -260,6 +268,7 @@ def _build_plan(graph: op_graph.OpGraph) -> SimulatorPlan:
       in_ptr=in_ptr, in_edges=in_edges, out_ptr=out_ptr, out_edges=out_edges,
       edge_src=src, edge_dst=dst, edge_tensor=edge_tensor,
       tensor_src=tensor_src, tensor_slot=tensor_slot, tensor_bytes=tensor_bytes,
+      tensor_repeats=tensor_repeats,
       tensor_edge_ptr=tensor_edge_ptr, tensor_edges=tensor_edges,
       node_tensor_ptr=node_tensor_ptr,
       output_bytes=graph.output_bytes.astype(np.int64),

@@ -47,11 +47,15 @@ class _ReferenceRun:
     self.edges = [(int(s), int(t), int(b), int(o)) for s, t, b, o in zip(
         graph.edge_src, graph.edge_dst, graph.edge_bytes, graph.edge_output)]
     self.tensor_size = {}
+    self.repeats = {}  # (src, slot) -> sends per step (loops)
     consumers = {}  # (src, slot) -> [edge ids]
-    for e, (s, _, b, o) in enumerate(self.edges):
+    runs = graph.executions
+    for e, (s, t, b, o) in enumerate(self.edges):
       if o >= 0:
         key = (s, o)
         self.tensor_size[key] = max(self.tensor_size.get(key, 0), b)
+        self.repeats[key] = max(self.repeats.get(key, 1),
+                                int(min(runs[s], runs[t])))
         consumers.setdefault(key, []).append(e)
     self.consumers = consumers
     self.pending = [0] * n
@@ -167,12 +171,14 @@ class _ReferenceRun:
       self.busy_channels |= self.channels(x)
       key, src_dev, dst_dev = self.transfers[x]
       size = self.tensor_size[key]
+      times = self.repeats.get(key, 1)
       if not self.device_idle[src_dev]:
-        self.owed[src_dev] += (self.runtime.transfer_cpu_us[0] + size * (
-            self.runtime.transfer_cpu_us_per_mb[0] / 1e6))
-      self.moved += size
+        self.owed[src_dev] += times * (
+            self.runtime.transfer_cpu_us[0] + size * (
+                self.runtime.transfer_cpu_us_per_mb[0] / 1e6))
+      self.moved += times * size
       self.alloc(dst_dev, size)
-      done = now + self.topo.transfer_us(src_dev, dst_dev, size)
+      done = now + times * self.topo.transfer_us(src_dev, dst_dev, size)
       self.transfer_start[x], self.transfer_end[x] = now, done
       heapq.heappush(self.events, (done, 1, x, x))
       # Its channels free a pipelined latency before it arrives.
@@ -214,9 +220,9 @@ class _ReferenceRun:
   def on_transfer(self, now, x):  # pylint: disable=unused-argument
     key, _, dst_dev = self.transfers[x]
     if not self.device_idle[dst_dev]:
-      self.owed[dst_dev] += (self.runtime.transfer_cpu_us[1] +
-                             self.tensor_size[key] * (
-                                 self.runtime.transfer_cpu_us_per_mb[1] / 1e6))
+      self.owed[dst_dev] += self.repeats.get(key, 1) * (
+          self.runtime.transfer_cpu_us[1] + self.tensor_size[key] * (
+              self.runtime.transfer_cpu_us_per_mb[1] / 1e6))
     for e in self.consumers[key]:
       t = self.edges[e][1]
       if self.place[t] == dst_dev:

@@ -28,12 +28,14 @@ MAX_EDGES = 50_000_000
 MAX_COST_US = 1e15
 # Totals of bytes stay well inside int64 (the simulator adds them up).
 MAX_TOTAL_BYTES = 1 << 62
+# A loop that runs an op more often per step than this is a bad count.
+MAX_EXECUTIONS = 1 << 40
 # `metadata` is the one free-form field; deeper nesting than this is not data.
 MAX_METADATA_DEPTH = 32
 
 _NODE_FIELDS = frozenset({"name", "op", "cost", "output_bytes", "memory_bytes",
                           "temp_bytes", "colocation_group", "device_kinds",
-                          "device", "output_shapes"})
+                          "device", "output_shapes", "executions"})
 _EDGE_FIELDS = frozenset({"src", "dst", "bytes", "output"})
 _TOP_FIELDS = frozenset({"format", "version", "name", "nodes", "edges",
                          "fetches", "back_edges", "metadata"})
@@ -41,7 +43,8 @@ _TOP_FIELDS = frozenset({"format", "version", "name", "nodes", "edges",
 # writers in other languages often emit null for an unset field).
 _OPTIONAL_TOP_FIELDS = frozenset({"fetches", "back_edges", "metadata"})
 _OPTIONAL_NODE_FIELDS = frozenset({"temp_bytes", "colocation_group",
-                                   "device_kinds", "device", "output_shapes"})
+                                   "device_kinds", "device", "output_shapes",
+                                   "executions"})
 _OPTIONAL_EDGE_FIELDS = frozenset({"output"})
 
 
@@ -124,7 +127,8 @@ def from_document(document: Any) -> op_graph.OpGraph:
       edge_src=src, edge_dst=dst, edge_bytes=nbytes, edge_output=outputs,
       colocation_groups=columns["groups"], device_kinds=columns["kinds"],
       pinned_devices=columns["devices"], output_shapes=columns["shapes"],
-      back_edges=back_edges, fetches=fetches, metadata=metadata)
+      back_edges=back_edges, fetches=fetches, metadata=metadata,
+      executions=columns["executions"])
 
 
 def _read_one_by_one(nodes: list, edges: list):
@@ -136,7 +140,7 @@ def _read_one_by_one(nodes: list, edges: list):
   kinds = None
   columns = {key: [] for key in ("names", "ops", "output_bytes", "memory_bytes",
                                  "temp_bytes", "groups", "kinds", "devices",
-                                 "shapes")}
+                                 "shapes", "executions")}
   costs = {}
   for i, node in enumerate(nodes):
     where = f"node {i}"
@@ -159,6 +163,10 @@ def _read_one_by_one(nodes: list, edges: list):
     for key in ("output_bytes", "memory_bytes"):
       columns[key].append(_count(node.get(key), f"{where}: {key}"))
     columns["temp_bytes"].append(_count(node.get("temp_bytes", 0), f"{where}: temp_bytes"))
+    executions = node.get("executions", 1)
+    _expect(_is_int(executions) and 1 <= executions < MAX_EXECUTIONS,
+            f"{where}: executions must be an integer >= 1")
+    columns["executions"].append(executions)
     columns["groups"].append(_optional_string(node, "colocation_group", where))
     columns["devices"].append(_optional_string(node, "device", where))
     allowed = node.get("device_kinds")
@@ -211,15 +219,19 @@ def _bulk_columns(nodes: list, edges: list):
       ("names", "name"), ("ops", "op"), ("output_bytes", "output_bytes"),
       ("memory_bytes", "memory_bytes"), ("temp_bytes", "temp_bytes"),
       ("groups", "colocation_group"), ("kinds", "device_kinds"),
-      ("devices", "device"), ("shapes", "output_shapes"))}
+      ("devices", "device"), ("shapes", "output_shapes"),
+      ("executions", "executions"))}
   columns["temp_bytes"] = [0 if t is None else t
                            for t in columns["temp_bytes"]]
+  columns["executions"] = [1 if e is None else e
+                           for e in columns["executions"]]
   if not (all(_types(columns[key]) == {str} and "" not in columns[key]
               for key in ("names", "ops")) and
           all(_types(columns[key]) <= {str, type(None)} and
               "" not in columns[key] for key in ("groups", "devices")) and
           all(_ints_in(columns[key], 0, 1 << 62)
-              for key in ("output_bytes", "memory_bytes", "temp_bytes"))):
+              for key in ("output_bytes", "memory_bytes", "temp_bytes")) and
+          _ints_in(columns["executions"], 1, MAX_EXECUTIONS)):
     return None
   costs = _bulk_costs([node.get("cost") for node in nodes])
   allowed = [kinds for kinds in columns["kinds"] if kinds is not None]
@@ -290,12 +302,15 @@ def to_document(graph: op_graph.OpGraph) -> dict:
   output_bytes = graph.output_bytes.tolist()
   memory_bytes = graph.memory_bytes.tolist()
   temp_bytes = graph.temp_bytes.tolist()
+  executions = graph.executions.tolist()
   for i, name in enumerate(graph.node_names):
     node = {"name": name, "op": graph.op_types[i],
             "cost": {k: cost_columns[c][i] for c, k in enumerate(kinds)},
             "output_bytes": output_bytes[i], "memory_bytes": memory_bytes[i]}
     if temp_bytes[i]:
       node["temp_bytes"] = temp_bytes[i]
+    if executions[i] > 1:
+      node["executions"] = executions[i]
     if graph.colocation_groups[i] is not None:
       node["colocation_group"] = graph.colocation_groups[i]
     if graph.device_kinds[i] is not None:

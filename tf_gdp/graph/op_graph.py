@@ -40,6 +40,9 @@ class OpGraph:
     back_edges: int32[k, 2] loop back-edges (src, dst), not part of the DAG.
     fetches: node names whose execution is the step.
     metadata: free-form JSON-able dict (cost sources, producer, knobs).
+    executions: int64[num_nodes], how many times each op runs per step (the
+      iterations of the while loops around it; 1 elsewhere). Its costs
+      already count them; the simulator repeats its transfers.
   """
   name: str
   node_names: tuple
@@ -59,6 +62,7 @@ class OpGraph:
   back_edges: np.ndarray
   fetches: tuple
   metadata: dict
+  executions: Optional[np.ndarray] = None
 
   @classmethod
   def build(cls, *, name: str, node_names: Sequence[str],
@@ -67,7 +71,8 @@ class OpGraph:
             temp_bytes=None, edge_output=None,
             colocation_groups: Optional[Sequence[Optional[str]]] = None,
             device_kinds=None, pinned_devices=None, output_shapes=None,
-            back_edges=None, fetches=(), metadata=None) -> "OpGraph":
+            back_edges=None, fetches=(), metadata=None,
+            executions=None) -> "OpGraph":
     """Converts and validates all fields; raises GraphFormatError."""
     n = len(node_names)
     none_list = (None,) * n
@@ -98,6 +103,8 @@ class OpGraph:
                     else np.zeros((0, 2), np.int32)),
         fetches=tuple(fetches),
         metadata=dict(metadata or {}),
+        executions=(_int_array(executions, "executions", minimum=1)
+                    if executions is not None else np.ones(n, np.int64)),
     )
     graph._validate()  # pylint: disable=protected-access
     return graph
@@ -188,7 +195,9 @@ class OpGraph:
       if len(getattr(self, field)) != n:
         raise errors.GraphFormatError(
             f"{field} has {len(getattr(self, field))} entries for {n} nodes")
-    for field in ("output_bytes", "memory_bytes", "temp_bytes"):
+    if self.executions is None:
+      object.__setattr__(self, "executions", np.ones(n, np.int64))
+    for field in ("output_bytes", "memory_bytes", "temp_bytes", "executions"):
       if getattr(self, field).shape != (n,):
         raise errors.GraphFormatError(f"{field} must have one entry per node")
     if not self.costs:
