@@ -88,6 +88,15 @@ def test_the_executor_time_between_ops_is_shared_out(train_step_saved_model,
   assert profiled_costs.executor_gap_us({"a": 10.0, "b": 10.0}, 12.0) == 0.0
 
 
+def test_traced_times_beyond_a_one_thread_step_are_scaled_to_fit():
+  # 20 us of traced ops in a step of 12 us (2 us of it fixed): tracing took
+  # the other 10, and each op keeps its share of the 10 us that are left.
+  assert profiled_costs.traced_scale({"a": 15.0, "b": 5.0}, 12.0,
+                                     2.0) == pytest.approx(0.5)
+  assert profiled_costs.traced_scale({"a": 4.0, "b": 5.0}, 12.0, 2.0) == 1.0
+  assert profiled_costs.traced_scale({}, 12.0) == 1.0
+
+
 def test_graphs_that_cannot_be_profiled_keep_their_costs(tmp_path):
   generated = graph_specs.LoadedGraph(generators.random_layered_graph(40, width=4))
   topology = topology_lib.get("local-cpus:2")

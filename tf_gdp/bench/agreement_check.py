@@ -1,7 +1,8 @@
 """Does the calibrated simulator rank placements the way the real runtime does?
 
 For each graph (`real_graphs`: two parallel matmul chains, an Inception-
-style block, an unrolled 2-layer LSTM training step; `keras_app_graphs`:
+style block, an unrolled 2-layer LSTM training step, a Keras LSTM step with
+its time loop; `keras_app_graphs`:
 Keras applications' training steps), probe placements over `cpu-workers:2`
 (`agreement_placements`: all on one worker, all on the other, round-robin,
 random with colocation groups kept whole, contiguous splits of a
@@ -15,7 +16,9 @@ Each placement is
   runtime's own costs as `tf-gdp calibrate` measured them) with the op costs
   of the roofline for one local core, scaled by the calibrated device
   speed, and, unless --noprofiled, with the costs `tf-gdp place` uses: the
-  graph profiled on a worker (`profiled_costs.profiled_graph`, fresh);
+  graph profiled on a worker (`profiled_costs.profiled_graph`, fresh); for a
+  graph with counted while loops, also with those costs but each loop's
+  transfers counted once (`loops_once`);
 * measured for real on a `CpuWorkerCluster(2)`: --rounds sweeps over all
   placements, each timing --repeats steps; a placement's time is the median
   of its sweeps' medians (the machine is shared: a burst of someone else's
@@ -30,6 +33,7 @@ Example:
   python -m tf_gdp.bench.agreement_check --json_out=agreement.json
 """
 
+import dataclasses
 import json
 import os
 import platform
@@ -161,6 +165,11 @@ def run_graph(name: str, cluster, topo, *, repeats: int, warmup: int,
     # As `tf-gdp place` prices it: profiled on the target, fresh.
     variants["profiled"], profile_info = profiled_costs.profiled_graph(
         roofline_graph, extracted, topo, use_cache=False, log=log)
+    if (variants["profiled"].executions > 1).any():
+      # The model that counts each loop's transfers once, side by side.
+      variants["loops_once"] = dataclasses.replace(
+          variants["profiled"],
+          executions=np.ones(roofline_graph.num_nodes, np.int64))
   candidates = agreement_placements.placements(
       roofline_graph, topo.num_devices, num_random=num_random, seed=seed)
   if methods or gdp_budget_seconds >= 0:

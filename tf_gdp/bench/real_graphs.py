@@ -1,7 +1,8 @@
-"""Three small real TF graphs, built by functions, for the real-runtime checks.
+"""Small real TF graphs, built by functions, for the real-runtime checks.
 
 Two parallel matmul chains (inference), an Inception-style block and an
-unrolled 2-layer LSTM (training steps with SGD updates). Each builder returns
+unrolled 2-layer LSTM (training steps with SGD updates), and a Keras LSTM
+step whose time loop stays a loop. Each builder returns
 a step function for `extract.from_function`; `BUILDERS` maps their names to
 them. `agreement_check` times placements of them against the simulator and
 `real_check` fine-tunes GDP on their measured step times.
@@ -123,5 +124,37 @@ def lstm(steps: int = 8, batch: int = 32, hidden: int = 256, layers: int = 2):
   return step
 
 
+def keras_lstm_loop(steps: int = 12, batch: int = 8, hidden: int = 64):
+  """A Keras LSTM classifier's training step with its time loop kept (Adam).
+
+  `tf_keras.layers.LSTM` without `unroll=True`: one `tf.while_loop` over the
+  time steps and one for its gradient, as most Keras recurrent models run.
+  """
+  tf = _tf()
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  tf_keras.utils.set_random_seed(4)
+  model = tf_keras.Sequential([tf_keras.layers.Embedding(1000, 32),
+                               tf_keras.layers.LSTM(hidden),
+                               tf_keras.layers.Dense(3)])
+  rng = tf.random.Generator.from_seed(4)
+  tokens = tf.Variable(rng.uniform([batch, steps], 0, 1000, tf.int32),
+                       name="tokens")
+  labels = tf.Variable(rng.uniform([batch], 0, 3, tf.int32), name="labels")
+  model(tokens)
+  optimizer = tf_keras.optimizers.Adam()
+  optimizer.build(model.trainable_variables)
+
+  def step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf_keras.losses.sparse_categorical_crossentropy(
+          labels, model(tokens), from_logits=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  return step
+
+
 BUILDERS = {"matmul_chains": matmul_chains,
-            "inception_block": inception_block, "lstm": lstm}
+            "inception_block": inception_block, "lstm": lstm,
+            "keras_lstm_loop": keras_lstm_loop}

@@ -88,7 +88,8 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   holds its route's channels for its link time less `pipelined` us (at
   least until it starts), after which the next transfer may start. A tensor
   made inside a while loop is sent `tensor_repeats` times per step: its
-  transfer takes that many link times and owes that many CPU costs.
+  transfer takes that many link times, owes that many CPU costs and
+  pipelines that many latencies.
 
   Returns:
     (step time, busy us per device, peak bytes per device, bytes moved,
@@ -321,7 +322,8 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         ev_size = heaps.event_push(ev_time, ev_code, ev_size, end, n + x)
         if split_release:
           ev_size = heaps.event_push(ev_time, ev_code, ev_size,
-                                     max(now, end - pipelined), n + 2 * m + x)
+                                     max(now, end - rep * pipelined),
+                                     n + 2 * m + x)
         if q_head[l] < q_tail[l]:
           blocked = route_channels[route_ptr[l]]  # its own route is busy
       if blocked >= 0:

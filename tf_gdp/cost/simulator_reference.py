@@ -181,8 +181,8 @@ class _ReferenceRun:
       done = now + times * self.topo.transfer_us(src_dev, dst_dev, size)
       self.transfer_start[x], self.transfer_end[x] = now, done
       heapq.heappush(self.events, (done, 1, x, x))
-      # Its channels free a pipelined latency before it arrives.
-      release = max(now, done - self.runtime.pipelined_latency_us)
+      # Its channels free a pipelined latency (per send) before it arrives.
+      release = max(now, done - times * self.runtime.pipelined_latency_us)
       heapq.heappush(self.events, (release, 3, x, x))
 
   def on_op(self, now, v):  # pylint: disable=unused-argument

@@ -119,9 +119,11 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
   op_times, step_time = found
   gap_us = executor_gap_us(op_times, step_time,
                            topology.runtime.step_overhead_us[0])
+  scale = (1.0 if target == targets.LOCAL else traced_scale(
+      op_times, step_time, topology.runtime.step_overhead_us[0]))
   profiled = graph_specs.op_graph_from_extracted(
       extracted, name=graph.name, devices=topology, pinned=pinned,
-      profile={name: (us + gap_us) * float(first.speed)
+      profile={name: (us * scale + gap_us) * float(first.speed)
                for name, us in op_times.items()},
       profile_kind=first.kind,
       metadata={k: v for k, v in graph.metadata.items()
@@ -132,7 +134,8 @@ def profiled_graph(graph: op_graph.OpGraph, extracted,
                  "profiled_ops": int(counts.get("profiled_nodes", 0)),
                  "roofline_ops": int(counts.get("fallback_nodes",
                                                 graph.num_nodes)),
-                 "executor_gap_us": gap_us, "repeats": repeats}
+                 "executor_gap_us": gap_us, "trace_scale": scale,
+                 "repeats": repeats}
 
 
 def executor_gap_us(op_times_us: Mapping[str, float], step_time_us: float,
@@ -149,6 +152,23 @@ def executor_gap_us(op_times_us: Mapping[str, float], step_time_us: float,
     return 0.0
   spare = step_time_us - step_overhead_us - sum(op_times_us.values())
   return max(0.0, spare / len(op_times_us))
+
+
+def traced_scale(op_times_us: Mapping[str, float], step_time_us: float,
+                 step_overhead_us: float = 0.0) -> float:
+  """The factor that brings traced op times within the untraced step.
+
+  On a one-thread worker (cpu-workers) the ops run one at a time, so their
+  times cannot add up to more than the untraced step less its fixed cost;
+  when they do, tracing itself took the difference (it costs each execution
+  of an op, and a loop's ops execute once per iteration), and every op's
+  time is scaled down by the same factor. 1 when they fit.
+  """
+  total = sum(op_times_us.values())
+  room = step_time_us - step_overhead_us
+  if total <= 0.0 or room <= 0.0 or total <= room:
+    return 1.0
+  return room / total
 
 
 def _read_cache(path: str):
