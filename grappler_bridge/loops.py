@@ -46,6 +46,8 @@ def analyze(nodes: Sequence, shapes: Sequence) -> Loops:
   `shapes[i]` are node i's output shapes (lists of dims, -1 or None where
   unknown), as `tensor_sizes.node_outputs` gives them.
   """
+  if not any(node.op in ("Enter", "RefEnter") for node in nodes):
+    return Loops(np.ones(len(nodes), np.int64), [])  # no loop: the common case
   index = {node.name: i for i, node in enumerate(nodes)}
   frame, parent = _frames(nodes, index)
   reader = _Reader(nodes, index, shapes, frame)
