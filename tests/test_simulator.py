@@ -318,6 +318,9 @@ def random_graph(rng, n):
   kinds = [None if rng.random() < 0.8 else ("CPU",) for _ in range(n)]
   # Some ops inside while loops: their tensors are sent once per iteration.
   executions = rng.integers(1, 4, n) if rng.random() < 0.3 else None
+  back_edges = [(int(order[b]), int(order[a])) for a, b in (
+      sorted(rng.integers(0, n, 2)) for _ in range(int(rng.integers(0, 3))))
+                if a != b and (int(order[a]), int(order[b])) not in edges]
   return op_graph.OpGraph.build(
       name="random", node_names=[f"n{i}" for i in range(n)],
       op_types=["Op"] * n,
@@ -328,7 +331,7 @@ def random_graph(rng, n):
       temp_bytes=rng.integers(0, 3, n) * 100,
       edge_src=[e[0] for e in edges], edge_dst=[e[1] for e in edges],
       edge_bytes=nbytes, edge_output=slots, colocation_groups=groups,
-      device_kinds=kinds, executions=executions,
+      device_kinds=kinds, executions=executions, back_edges=back_edges,
       fetches=[f"n{i}" for i in range(n) if rng.random() < 0.2])
 
 
@@ -479,3 +482,16 @@ def test_a_tensor_made_in_a_loop_is_sent_once_per_iteration():
   assert looped.step_time_us - once.step_time_us == pytest.approx(4 * link)
   assert out_of_loop.step_time_us == pytest.approx(once.step_time_us)
   assert looped.transfer_bytes == 5 * once.transfer_bytes
+
+
+def test_a_loop_state_sent_back_across_devices_waits_once_per_iteration():
+  # a (Merge) -> b (NextIteration) -> back to a, both run 4 times.
+  graph = op_graph.OpGraph.build(
+      name="loop", node_names=["a", "b"], op_types=["Merge", "NextIteration"],
+      costs={"GPU": [1.0, 1.0]}, output_bytes=[0, 2000], memory_bytes=[0, 0],
+      edge_src=[0], edge_dst=[1], edge_bytes=[0], edge_output=[-1],
+      back_edges=[(1, 0)], executions=[4, 4])
+  topo = _topo()
+  together = simulator.simulate(graph, [0, 0], topo).step_time_us
+  apart = simulator.simulate(graph, [1, 0], topo).step_time_us
+  assert apart - together == pytest.approx(4 * topo.transfer_us(1, 0, 2000))

@@ -4,8 +4,8 @@ A lowered `tf.while_loop` (and the loop of a Keras LSTM or GRU layer built
 without `unroll=True`) keeps each of its ops once in the op graph. Where the
 graph fixes a loop's trip count (`grappler_bridge.loops`: a counter against
 a constant, a shape, or another loop's count), its ops are priced over every
-iteration and a tensor sent between devices inside it is sent once per
-iteration. Where it does not, roofline costs price one iteration (a profile
+iteration, and a tensor sent between devices inside it, or its state sent
+back to the next iteration, once per iteration. Where it does not, roofline costs price one iteration (a profile
 on the target still counts them all) and its transfers count once, so a
 placement that cuts such a loop looks cheaper than it is. Iterations are
 modelled one after another: the overlap TF allows between iterations

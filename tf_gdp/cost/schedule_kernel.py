@@ -69,7 +69,8 @@ def _link_us(s, t, size, latency, bytes_per_us, table_bytes, table_us):
 @compiled.jit
 def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         in_src, in_control, out_ptr, out_dst, out_control, tensor_bytes,
-        tensor_repeats, tensor_edge_ptr, tensor_dst, tensor_in_pos, node_tensor_ptr,
+        tensor_repeats, back_src, back_dst, back_bytes, back_repeats,
+        tensor_edge_ptr, tensor_dst, tensor_in_pos, node_tensor_ptr,
         start_bytes, temp_bytes, memory_bytes, free_bytes, duration, latency,
         bytes_per_us, table_bytes, table_us, num_channels, route_ptr,
         route_channels, control_transfers, cpu_send, cpu_recv, lifo,
@@ -89,7 +90,10 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   least until it starts), after which the next transfer may start. A tensor
   made inside a while loop is sent `tensor_repeats` times per step: its
   transfer takes that many link times, owes that many CPU costs and
-  pipelines that many latencies.
+  pipelines that many latencies. A loop's back edge (`back_src` ->
+  `back_dst`, NextIteration to Merge) between two devices sends its
+  `back_bytes` once per iteration (`back_repeats`): the Merge waits that
+  many link times and both ends' CPU costs, one iteration after another.
 
   Returns:
     (step time, busy us per device, peak bytes per device, bytes moved,
@@ -208,6 +212,17 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
     # What the op frees as it ends: its temporaries, and its outputs if
     # nothing consumes them (consumers start only after it ends).
     end_bytes[u] = temp_bytes[u] + (free_bytes[u] if out_ref[u] == 0 else 0)
+
+  # A loop state that crosses devices on its way back to the next iteration.
+  for b in range(back_src.shape[0]):
+    ps = placement[back_src[b]]
+    pt = placement[back_dst[b]]
+    if ps != pt:
+      size = back_bytes[b]
+      op_us[back_dst[b]] += back_repeats[b] * (
+          _link_us(ps, pt, size, latency, bytes_per_us, table_bytes,
+                   table_us) + cpu_send + cpu_recv +
+          size * (cpu_send_per_byte + cpu_recv_per_byte))
 
   # Per-pair FIFO queues, packed: pair l owns queue[link_base[l]:...].
   dd = d * d

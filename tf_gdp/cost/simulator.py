@@ -113,6 +113,10 @@ class SimulatorPlan:
     tensor_bytes: int[t] largest edge bytes of the tensor.
     tensor_repeats: int[t] times the tensor is sent per step (> 1 inside a
       while loop: `OpGraph.executions`).
+    back_src, back_dst, back_bytes, back_repeats: per loop back edge
+      (NextIteration -> Merge) its ends, the bytes it carries (the
+      NextIteration's outputs) and its sends per step (the Merge's
+      executions).
     tensor_edge_ptr, tensor_edges: CSR of each tensor's consumer edges.
     node_tensor_ptr: int[n + 1] tensors of node u are
       node_tensor_ptr[u]:node_tensor_ptr[u + 1].
@@ -135,6 +139,10 @@ class SimulatorPlan:
   tensor_slot: np.ndarray
   tensor_bytes: np.ndarray
   tensor_repeats: np.ndarray
+  back_src: np.ndarray
+  back_dst: np.ndarray
+  back_bytes: np.ndarray
+  back_repeats: np.ndarray
   tensor_edge_ptr: np.ndarray
   tensor_edges: np.ndarray
   node_tensor_ptr: np.ndarray
@@ -257,6 +265,7 @@ def _build_plan(graph: op_graph.OpGraph) -> SimulatorPlan:
   node_tensor_ptr = np.searchsorted(tensor_src, np.arange(n + 1)).astype(
       np.int64)
 
+  back = np.ascontiguousarray(graph.back_edges, np.int64).reshape(-1, 2)
   is_fetch = np.zeros(n, np.bool_)
   for name in graph.fetches:
     is_fetch[graph.node_index[name]] = True
@@ -269,6 +278,9 @@ def _build_plan(graph: op_graph.OpGraph) -> SimulatorPlan:
       edge_src=src, edge_dst=dst, edge_tensor=edge_tensor,
       tensor_src=tensor_src, tensor_slot=tensor_slot, tensor_bytes=tensor_bytes,
       tensor_repeats=tensor_repeats,
+      back_src=back[:, 0], back_dst=back[:, 1],
+      back_bytes=graph.output_bytes[back[:, 0]].astype(np.int64),
+      back_repeats=graph.executions[back[:, 1]].astype(np.int64),
       tensor_edge_ptr=tensor_edge_ptr, tensor_edges=tensor_edges,
       node_tensor_ptr=node_tensor_ptr,
       output_bytes=graph.output_bytes.astype(np.int64),

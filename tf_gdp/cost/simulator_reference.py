@@ -113,6 +113,23 @@ class _ReferenceRun:
             else max(c[v] for c in costs.values()))
     return float(cost) / device.speed
 
+  def back_wait(self, v):
+    """Time a loop's Merge waits for its state sent back from another
+    device, once per iteration."""
+    wait = 0.0
+    for s, t in self.graph.back_edges.tolist():
+      ps, pt = self.place[s], self.place[t]
+      if t != v or ps == pt:
+        continue
+      size = int(self.graph.output_bytes[s])
+      runtime = self.runtime
+      wait += int(self.graph.executions[t]) * (
+          self.topo.transfer_us(ps, pt, size) + runtime.transfer_cpu_us[0] +
+          runtime.transfer_cpu_us[1] + size * (
+              runtime.transfer_cpu_us_per_mb[0] / 1e6 +
+              runtime.transfer_cpu_us_per_mb[1] / 1e6))
+    return wait
+
   def alloc(self, j, nbytes):
     self.memory[j] += nbytes
     self.peak[j] = max(self.peak[j], self.memory[j])
@@ -157,7 +174,7 @@ class _ReferenceRun:
       if self.device_idle[j] and self.ready[j]:
         _, v = heapq.heappop(self.ready[j])
         self.device_idle[j] = False
-        took = self.duration(v, j) + self.owed[j]
+        took = self.duration(v, j) + self.back_wait(v) + self.owed[j]
         self.owed[j] = 0.0
         self.start[v], self.end[v] = now, now + took
         self.busy[j] += took
