@@ -18,6 +18,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 _ROOT = 0
+# A condition that compares a counter with a bound the graph does not fix.
+_COUNTER = "counter"
 _PASS_THROUGH = frozenset({"Identity", "Enter", "Switch", "RefIdentity",
                            "RefEnter", "RefSwitch", "StopGradient"})
 _ARITHMETIC = {
@@ -134,21 +136,34 @@ class _Reader:
 
   def trips(self, predicate: Optional[int], depth: int = 0) -> Optional[int]:
     """Iterations of the loop whose LoopCond reads `predicate`."""
+    found = self._condition(predicate, depth)
+    return found if isinstance(found, int) else None
+
+  def _condition(self, predicate: Optional[int], depth: int):
+    """A loop condition's iterations: an int, `_COUNTER` (a counter against
+    a bound the graph does not fix: no tighter than the other conditions)
+    or None (anything else, e.g. a condition on data)."""
     if predicate is None or depth > 16:
       return None
     node = self._nodes[predicate]
     if node.op in _PASS_THROUGH:
-      return self.trips(_input(node, 0, self._index), depth + 1)
+      return self._condition(_input(node, 0, self._index), depth + 1)
     if node.op == "LogicalAnd":
-      found = [self.trips(_input(node, k, self._index), depth + 1)
+      # A condition on data makes the count unknown, even beside a
+      # `maximum_iterations` counter: the loop may stop earlier.
+      found = [self._condition(_input(node, k, self._index), depth + 1)
                for k in (0, 1)]
-      found = [t for t in found if t is not None]
-      return min(found) if found else None
+      if None in found:
+        return None
+      counts = [f for f in found if isinstance(f, int)]
+      return min(counts) if counts else _COUNTER
     if node.op in ("Less", "LessEqual"):
       counter = self._counter_start(_input(node, 0, self._index))
-      bound = self._invariant(_input(node, 1, self._index))
-      if counter is None or bound is None:
+      if counter is None:
         return None
+      bound = self._invariant(_input(node, 1, self._index))
+      if bound is None:
+        return _COUNTER
       count = int(bound) - int(counter) + (node.op == "LessEqual")
       return max(count, 0)
     return None
@@ -255,9 +270,8 @@ class _Reader:
       return None
     operands = [_input(node, k, self._index) for k in (0, 1)]
     for k in (0, 1):
-      step = self.value(operands[1 - k])
-      if (self._merge_of(operands[k]) == merge and step is not None and
-          step.size == 1 and int(step) == 1):
+      if (self._merge_of(operands[k]) == merge and
+          self._invariant(operands[1 - k]) == 1):
         start = self.value(entered)
         return None if start is None or start.size != 1 else int(start)
     return None

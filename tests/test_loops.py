@@ -76,3 +76,37 @@ def test_keras_lstm_loops_and_their_gradient_run_once_per_time_step():
               if n["op"] == "MatMul" and "/while" in n["name"]]
   assert len(in_loops) >= 3  # the step's and the gradient's
   assert all(n.get("executions") == 6 for n in in_loops)
+
+
+def test_map_fn_scan_and_for_range_are_counted_but_a_bound_alone_is_not():
+  w = tf.Variable(tf.ones([4, 4]))
+
+  def loops(x, n):
+    mapped = tf.map_fn(lambda row: tf.linalg.matvec(w, row), x)
+    summed = tf.scan(lambda a, row: a + row, mapped)
+    total = tf.constant(0.0)
+    for i in tf.range(3):
+      total += tf.reduce_sum(summed) * tf.cast(i, tf.float32)
+    # At most 9 iterations, fewer if the data says so: not a count.
+    _, capped = tf.while_loop(lambda i, y: tf.reduce_sum(y) < n,
+                              lambda i, y: (i + 1, y * 2.0),
+                              [tf.constant(0), summed],
+                              maximum_iterations=9)
+    return total + tf.reduce_sum(capped)
+
+  document = _document(loops, tf.ones([5, 4]), tf.constant(100.0))
+  trips = document["metadata"]["loop_trips"]
+  # map_fn: 5 rows; scan without an initializer: the 4 after the first.
+  assert sorted(t for t in trips if t is not None) == [3, 4, 5]
+  assert trips.count(None) == 1
+
+
+def test_keras3_lstm_bounded_by_an_unread_maximum_is_counted_by_its_time():
+  # Keras 3 runs `time < steps` beside `loop_counter < maximum_iterations`,
+  # a bound it computes at run time: the counted condition decides.
+  import keras  # pylint: disable=g-import-not-at-top
+  layer = keras.layers.LSTM(4)
+  tokens = tf.ones([2, 7, 3])
+  layer(tokens)
+  document = _document(lambda t: layer(t), tokens)
+  assert document["metadata"]["loop_trips"] == [7]
