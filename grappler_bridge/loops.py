@@ -240,7 +240,7 @@ class _Reader:
   def _merge_inputs(self, merge: int):
     """(initial value's node, next iteration's value node) of a loop Merge."""
     node = self._nodes[merge]
-    first, entered, updated = None, None, None
+    entered, updated = None, None
     for k in range(2):
       source = _input(node, k, self._index)
       if source is None:
@@ -249,7 +249,6 @@ class _Reader:
         updated = _input(self._nodes[source], 0, self._index)
       else:
         entered = source
-      first = source if first is None else first
     return entered, updated
 
   def _counter_start(self, i: Optional[int]) -> Optional[int]:

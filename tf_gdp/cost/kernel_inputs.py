@@ -58,8 +58,8 @@ def arguments(plan, tables, *, ordered: bool = False) -> tuple:
   i = plan.kernel_arrays
   return (i["rank"], i["order"], i["in_ptr"], i["in_src"], i["in_control"],
           i["out_ptr"], i["out_dst"], i["out_control"],
-          plan.tensor_bytes, plan.tensor_repeats, plan.back_src,
-          plan.back_dst, plan.back_bytes, plan.back_repeats,
+          plan.tensor_bytes, plan.loops.tensor_repeats, plan.loops.back_src,
+          plan.loops.back_dst, plan.loops.back_bytes, plan.loops.back_repeats,
           i["tensor_edge_ptr"],
           i["tensor_dst"], i["tensor_in_pos"], i["node_tensor_ptr"],
           i["start_bytes"], plan.temp_bytes, plan.memory_bytes,

@@ -81,6 +81,7 @@ import numpy as np
 from tf_gdp import errors
 from tf_gdp.cost import device_names
 from tf_gdp.cost import kernel_inputs
+from tf_gdp.cost import loop_sends
 from tf_gdp.cost import runtime_costs
 from tf_gdp.cost import schedule_kernel
 from tf_gdp.cost import sim_results
@@ -111,12 +112,7 @@ class SimulatorPlan:
     tensor_src, tensor_slot: int[t] producer and output slot per tensor;
       tensors are sorted by (producer, slot).
     tensor_bytes: int[t] largest edge bytes of the tensor.
-    tensor_repeats: int[t] times the tensor is sent per step (> 1 inside a
-      while loop: `OpGraph.executions`).
-    back_src, back_dst, back_bytes, back_repeats: per loop back edge
-      (NextIteration -> Merge) its ends, the bytes it carries (the
-      NextIteration's outputs) and its sends per step (the Merge's
-      executions).
+    loops: how often while loops repeat each tensor and back edge.
     tensor_edge_ptr, tensor_edges: CSR of each tensor's consumer edges.
     node_tensor_ptr: int[n + 1] tensors of node u are
       node_tensor_ptr[u]:node_tensor_ptr[u + 1].
@@ -138,11 +134,7 @@ class SimulatorPlan:
   tensor_src: np.ndarray
   tensor_slot: np.ndarray
   tensor_bytes: np.ndarray
-  tensor_repeats: np.ndarray
-  back_src: np.ndarray
-  back_dst: np.ndarray
-  back_bytes: np.ndarray
-  back_repeats: np.ndarray
+  loops: loop_sends.LoopSends
   tensor_edge_ptr: np.ndarray
   tensor_edges: np.ndarray
   node_tensor_ptr: np.ndarray
@@ -253,11 +245,6 @@ def _build_plan(graph: op_graph.OpGraph) -> SimulatorPlan:
   tensor_slot[tensor_of_data] = slot
   tensor_bytes = np.zeros(num_tensors, np.int64)
   np.maximum.at(tensor_bytes, tensor_of_data, graph.edge_bytes[data])
-  # A tensor is sent as often as both its ends run (once into and out of a
-  # loop, every iteration inside one).
-  tensor_repeats = np.ones(num_tensors, np.int64)
-  np.maximum.at(tensor_repeats, tensor_of_data, np.minimum(
-      graph.executions[src[data]], graph.executions[dst[data]]))
   by_tensor = np.argsort(tensor_of_data, kind="stable")
   tensor_edges = data[by_tensor].astype(np.int64)
   tensor_edge_ptr = np.searchsorted(tensor_of_data[by_tensor],
@@ -265,7 +252,6 @@ def _build_plan(graph: op_graph.OpGraph) -> SimulatorPlan:
   node_tensor_ptr = np.searchsorted(tensor_src, np.arange(n + 1)).astype(
       np.int64)
 
-  back = np.ascontiguousarray(graph.back_edges, np.int64).reshape(-1, 2)
   is_fetch = np.zeros(n, np.bool_)
   for name in graph.fetches:
     is_fetch[graph.node_index[name]] = True
@@ -277,10 +263,7 @@ def _build_plan(graph: op_graph.OpGraph) -> SimulatorPlan:
       in_ptr=in_ptr, in_edges=in_edges, out_ptr=out_ptr, out_edges=out_edges,
       edge_src=src, edge_dst=dst, edge_tensor=edge_tensor,
       tensor_src=tensor_src, tensor_slot=tensor_slot, tensor_bytes=tensor_bytes,
-      tensor_repeats=tensor_repeats,
-      back_src=back[:, 0], back_dst=back[:, 1],
-      back_bytes=graph.output_bytes[back[:, 0]].astype(np.int64),
-      back_repeats=graph.executions[back[:, 1]].astype(np.int64),
+      loops=loop_sends.loop_sends(graph, data, tensor_of_data, num_tensors),
       tensor_edge_ptr=tensor_edge_ptr, tensor_edges=tensor_edges,
       node_tensor_ptr=node_tensor_ptr,
       output_bytes=graph.output_bytes.astype(np.int64),
