@@ -158,10 +158,12 @@ def op_graph_document(extracted_or_metagraph,
   analysis = _analyze(graph, index)
   metadata = _base_metadata(graph, analysis)
   costs = {}
+  needed = _needed(graph, analysis.edges)
   for kind, spec in specs.items():
-    # A loop's ops run once per iteration (a profile counts them all).
+    # A loop's ops run once per iteration (a profile counts them all); an
+    # op no fetch needs never runs (the session prunes it).
     costs[kind] = (roofline.roofline_us(analysis.work, spec) *
-                   analysis.loops.executions)
+                   analysis.loops.executions * needed)
     metadata["cost_source"][kind] = f"roofline:{spec.name}"
   if checked_profile:
     metadata["profile"] = _profile_metadata(
@@ -183,8 +185,10 @@ def op_graph_document(extracted_or_metagraph,
   if graph.fetches:
     document["fetches"] = [f for f in graph.fetches if f in index]
   document["metadata"] = metadata
-  document["nodes"] = _node_dicts(graph, costs, analysis, groups, kinds, pins)
-  document["edges"] = analysis.edges.edges
+  metadata["unneeded_nodes"] = int(len(needed) - needed.sum())
+  document["nodes"] = _node_dicts(graph, costs, analysis, groups, kinds, pins,
+                                  needed)
+  document["edges"] = [e for e in analysis.edges.edges if needed[e["dst"]]]
   if analysis.edges.back_edges:
     document["back_edges"] = analysis.edges.back_edges
   return document
@@ -282,8 +286,28 @@ def _constraint_metadata(metadata, groups, kinds, conflicts):
         "restricted")
 
 
+def _needed(graph: graph_view.Graph, edges: edges_lib.Edges) -> np.ndarray:
+  """bool[n]: the ops some fetch needs (through data, control and loop back
+  edges). A session runs only these; without fetches, all."""
+  n = len(graph.nodes)
+  if not graph.fetches:
+    return np.ones(n, np.bool_)
+  sources: List[List[int]] = [[] for _ in range(n)]
+  for edge in edges.edges + edges.back_edges:
+    sources[edge["dst"]].append(edge["src"])
+  index = graph_view.node_index(graph.nodes)
+  needed = np.zeros(n, np.bool_)
+  stack = [index[f] for f in graph.fetches if f in index]
+  while stack:
+    v = stack.pop()
+    if not needed[v]:
+      needed[v] = True
+      stack.extend(sources[v])
+  return needed
+
+
 def _node_dicts(graph: graph_view.Graph, costs, analysis: _Analysis, groups,
-                kinds, pins) -> List[Dict[str, Any]]:
+                kinds, pins, needed) -> List[Dict[str, Any]]:
   """One document node per NodeDef, in graph order."""
   outputs, work = analysis.outputs, analysis.work
   result = []
@@ -294,9 +318,9 @@ def _node_dicts(graph: graph_view.Graph, costs, analysis: _Analysis, groups,
         "name": node.name,
         "op": node.op,
         "cost": {kind: round(c[i], 4) for kind, c in cost_lists.items()},
-        "output_bytes": int(sum(outputs.nbytes[i])),
+        "output_bytes": int(sum(outputs.nbytes[i])) if needed[i] else 0,
         "memory_bytes": int(analysis.memory[i]),
-        "temp_bytes": int(work.temp_bytes[i]),
+        "temp_bytes": int(work.temp_bytes[i]) if needed[i] else 0,
     }
     if analysis.loops.executions[i] > 1:
       entry["executions"] = int(analysis.loops.executions[i])

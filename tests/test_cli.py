@@ -101,10 +101,14 @@ def test_export_inception_v3_training_step_then_inspect(tmp_path):
   nodes = document["nodes"]
   assert len(nodes) > 4000
   assert document["metadata"]["cost_source"]["GPU"].startswith("roofline")
-  compute = [n for n in nodes if n["op"] not in _FREE_OPS]
+  fed = {edge["dst"] for edge in document["edges"]}
+  compute = [(i, n) for i, n in enumerate(nodes) if n["op"] not in _FREE_OPS]
   assert len(compute) > 2000
-  zero = [(n["name"], n["op"]) for n in compute if n["cost"]["GPU"] <= 0]
-  assert not zero, zero[:5]
+  # Every op a fetch needs is priced; the ones none needs (gradients nobody
+  # reads) are free and receive nothing.
+  zero = [i for i, n in compute if n["cost"]["GPU"] <= 0]
+  assert not [nodes[i]["name"] for i in zero if i in fed][:5]
+  assert 0 < len(zero) <= document["metadata"]["unneeded_nodes"] < 1000
   ops = {n["op"] for n in nodes}
   assert {"Conv2D", "Conv2DBackpropFilter", "ResourceApplyGradientDescent"} <= ops
   inspected = _cli("inspect", f"--graph={out}")

@@ -107,9 +107,8 @@ def test_matmul_cost_is_flops_over_peak():
 
 def test_compute_ops_cost_more_than_zero_and_sources_cost_zero(train_step):
   _, document = train_step
-  compute_ops = {"MatMul", "Conv2D", "Conv2DBackpropFilter",
-                 "Conv2DBackpropInput", "Sum", "Mul", "AddV2", "Tile",
-                 "AssignSubVariableOp", "AsString"}
+  compute_ops = {"MatMul", "Conv2D", "Conv2DBackpropFilter", "Sum", "Mul",
+                 "AddV2", "Tile", "AssignSubVariableOp", "AsString"}
   seen = set()
   for node in document["nodes"]:
     if node["op"] in compute_ops:
@@ -122,6 +121,20 @@ def test_compute_ops_cost_more_than_zero_and_sources_cost_zero(train_step):
   beyond_launch = {kind: conv["cost"][kind] - spec.launch_overhead_us
                    for kind, spec in _BOTH.items()}
   assert beyond_launch["CPU"] > beyond_launch["GPU"] > 0
+
+
+def test_ops_no_fetch_needs_cost_nothing_and_receive_nothing(train_step):
+  # The gradient of the image input is built by autodiff but never used:
+  # the session prunes it, so it is free, its inputs are not sent to it,
+  # and the ops of the step still cost what they did.
+  _, document = train_step
+  unused, = _by_op(document, "Conv2DBackpropInput")
+  assert max(unused["cost"].values()) == 0 and unused["output_bytes"] == 0
+  index = [n["name"] for n in document["nodes"]].index(unused["name"])
+  assert not [e for e in document["edges"] if e["dst"] == index]
+  assert document["metadata"]["unneeded_nodes"] >= 1
+  filter_grad, = _by_op(document, "Conv2DBackpropFilter")
+  assert min(filter_grad["cost"].values()) > 0
 
 
 def test_variable_ops_share_a_colocation_group(train_step):
