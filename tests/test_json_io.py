@@ -128,6 +128,9 @@ _DELETE = object()
     (("nodes", 0, "memory_bytes"), None, "memory_bytes must be an integer"),
     (("edges", 0, "bytes"), None, "bytes must be an integer"),
     (("name",), None, "name must be a string"),
+    (("nodes", 1, "executions"), 0, "executions must be an integer >= 1"),
+    (("nodes", 1, "executions"), 2.5, "executions must be an integer >= 1"),
+    (("nodes", 1, "executions"), "12", "executions must be an integer >= 1"),
 ])
 def test_bad_documents_raise_one_line(path, value, message):
   with pytest.raises(errors.GraphFormatError, match=message) as info:
@@ -217,3 +220,12 @@ def test_bulk_reading_agrees_with_item_by_item_reading(document, data):
   elif bulk is not None:
     assert bulk == checked
     assert repr(bulk) == repr(checked)  # ints stay ints, floats floats
+
+
+def test_executions_round_trip_and_default_to_one():
+  document = _mutated(("nodes", 1, "executions"), 12)
+  graph = gdp_graph.from_document(document)
+  assert graph.executions.tolist()[:3] == [1, 12, 1]
+  again = gdp_graph.to_document(graph)
+  assert again["nodes"][1]["executions"] == 12
+  assert "executions" not in again["nodes"][0]
