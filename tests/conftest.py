@@ -5,12 +5,17 @@ machine without GPUs; they must be configured before TF initializes its
 devices, hence here, before any test module runs.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Calibrations and profiles go to a scratch home, not the user's cache.
-os.environ.setdefault("TF_GDP_HOME", tempfile.mkdtemp(prefix="tf_gdp_home_"))
+# Calibrations and profiles go to a scratch home, not the user's cache; it
+# goes when the test process ends.
+if "TF_GDP_HOME" not in os.environ:
+  os.environ["TF_GDP_HOME"] = tempfile.mkdtemp(prefix="tf_gdp_home_")
+  atexit.register(shutil.rmtree, os.environ["TF_GDP_HOME"], True)
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 import pytest  # pylint: disable=g-import-not-at-top
