@@ -1,6 +1,6 @@
 """The runtime's own costs in the simulator: step overhead, control edges as
-transfers, transfer CPU time on busy devices, the last-ready-first executor;
-the compiled pass against the reference with them on."""
+transfers, transfer CPU time on busy and idle devices, the last-ready-first
+executor; the compiled pass against the reference with them on."""
 
 import dataclasses
 
@@ -114,6 +114,35 @@ def test_pipelined_latency_lets_a_burst_share_a_link():
   topo = _with(_two_devices(), pipelined_latency_us=70.0)
   burst = simulator.simulate(graph, [0, 1, 1, 1], topo)
   assert burst.step_time_us == pytest.approx(10.0 + 60.0 + 100.0 + 1.0)
+
+
+def test_a_burst_queues_on_an_idle_receivers_core():
+  # The three tensors of the test above arrive at 110, 140 and 170 us; each
+  # costs the idle receiver 50 us of handling. The first one's handling is
+  # within its latency; the others queue behind it on the core (60-210 us),
+  # so n3 can start only at 210.
+  graph = _graph([10.0, 1.0, 1.0, 1.0],
+                 [(0, 1, 0, 0), (0, 2, 0, 1), (0, 3, 0, 2)])
+  burst = _with(_two_devices(), pipelined_latency_us=70.0)
+  assert simulator.simulate(graph, [0, 1, 1, 1], burst).step_time_us == (
+      pytest.approx(171.0))
+  handled = _with(_two_devices(), pipelined_latency_us=70.0,
+                  transfer_cpu_us=(0.0, 50.0))
+  assert simulator.simulate(graph, [0, 1, 1, 1], handled).step_time_us == (
+      pytest.approx(211.0))
+
+
+def test_an_idle_sender_is_busy_while_its_transfer_leaves():
+  # n0 (10 us, device 0) and n3 (5 us, device 1) each send a tensor to the
+  # other device; sending takes 200 us of the sender's core. n2 on device 0
+  # gets n3's tensor at 105 us but its core is handling n0's send until
+  # 210 us; likewise n1 on device 1 (arrival 110, core busy until 205).
+  graph = _graph([10.0, 1.0, 1.0, 5.0], [(0, 1, 0, 0), (3, 2, 0, 0)])
+  free = simulator.simulate(graph, [0, 1, 0, 1], _two_devices())
+  assert free.step_time_us == pytest.approx(111.0)
+  topo = _with(_two_devices(), transfer_cpu_us=(200.0, 0.0))
+  assert simulator.simulate(graph, [0, 1, 0, 1], topo).step_time_us == (
+      pytest.approx(211.0))
 
 
 def test_last_ready_first_runs_a_chain_depth_first():

@@ -21,10 +21,13 @@ the optional "runtime" object of the file format):
   destination device) like a data tensor; with this on, the simulator
   prices it as a 0-byte transfer over the link (latency, channels) instead
   of a bare latency.
-* `transfer_cpu_us`: [sender, receiver]: per transfer, time a device that
-  is busy computing when the transfer leaves (sender) or arrives (receiver)
-  loses to it (gRPC work on a worker's one core); the next op it runs takes
-  that much longer. An idle device's handling is in the link's latency.
+* `transfer_cpu_us`: [sender, receiver]: per transfer, time the device's
+  core spends on it as it leaves (sender) or arrives (receiver): gRPC work
+  on a worker's one core. A device busy computing then runs its next op that
+  much later; an idle one is busy handling it for that long, and an op made
+  ready meanwhile waits. A lone arrival's handling is within the link's
+  latency (that is how the latency was measured), but a burst of arrivals
+  queues on the receiver's core, and a burst of sends on the sender's.
 * `transfer_cpu_us_per_mb`: [sender, receiver]: the same loss per 10^6
   bytes of the tensor, on top of `transfer_cpu_us` (gRPC copies every byte
   on the worker's core; a split that moves tens of MB while both workers

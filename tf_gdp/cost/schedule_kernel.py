@@ -85,7 +85,12 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
   as a 0-byte transfer (one per producer and destination device) instead of
   a bare latency; a device busy when a transfer leaves it (arrives at it)
   owes `cpu_send` (`cpu_recv`) us plus `cpu_send_per_byte`
-  (`cpu_recv_per_byte`) us per byte, added to the next op it runs; a transfer
+  (`cpu_recv_per_byte`) us per byte, added to the next op it runs; an idle
+  device spends the same time on it: a sender's core is taken for it as the
+  transfer leaves, a receiver's as it arrives, but a receiver's handling
+  overlaps the transfer's own latency (a lone arrival costs nothing more; a
+  burst queues on the core), and an op started while its core is still
+  handling waits for it; a transfer
   holds its route's channels for its link time less `pipelined` us (at
   least until it starts), after which the next transfer may start. A tensor
   made inside a while loop is sent `tensor_repeats` times per step: its
@@ -267,6 +272,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
       ready_size[j] = heaps.ready_push(ready, dev_base[j], ready_size[j], v,
                                        ready_key, lifo)
   debt = np.zeros(d, np.float64)
+  handled_until = np.zeros(d, np.float64)  # an idle core's transfer handling
 
   # Channel releases apart from arrivals only when some latency pipelines.
   split_release = pipelined > 0.0
@@ -298,7 +304,7 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
       v, ready_size[j] = heaps.ready_pop(ready, dev_base[j], ready_size[j],
                                          key_node, lifo)
       dev_busy[j] = True
-      took = op_us[v] + debt[j]
+      took = op_us[v] + debt[j] + max(0.0, handled_until[j] - now)
       debt[j] = 0.0
       end = now + took
       if record:
@@ -325,8 +331,11 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         rep = x_rep[x]
         end = now + rep * _link_us(s, dv, size, latency, bytes_per_us,
                                    table_bytes, table_us)
+        handling = rep * (cpu_send + size * cpu_send_per_byte)
         if dev_busy[s]:
-          debt[s] += rep * (cpu_send + size * cpu_send_per_byte)
+          debt[s] += handling
+        else:
+          handled_until[s] = max(handled_until[s], now) + handling
         if record:
           x_start[x] = now
           x_end[x] = end
@@ -421,8 +430,11 @@ def run(placement, d, record, ready_key, key_node, rank, order, in_ptr,
         if not arrival:
           continue
         dv = x_dst[x]
+        handling = x_rep[x] * (cpu_recv + x_bytes[x] * cpu_recv_per_byte)
         if dev_busy[dv]:
-          debt[dv] += x_rep[x] * (cpu_recv + x_bytes[x] * cpu_recv_per_byte)
+          debt[dv] += handling
+        else:
+          handled_until[dv] = max(handled_until[dv], now - handling) + handling
         for k in range(xc_ptr[x], xc_ptr[x + 1]):
           w = xc_node[k]
           pending[w] -= 1

@@ -39,6 +39,7 @@ class _ReferenceRun:
                  runtime_costs.LAST_READY_FIRST)
     self.made_ready = 0
     self.owed = [0.0] * topology.num_devices
+    self.handled_until = [0.0] * topology.num_devices  # idle cores
     n = graph.num_nodes
     self.rank = {int(v): r for r, v in enumerate(graph.topo_order)}
     # A ready op's key on its device: (priority, rank), or rank alone.
@@ -174,7 +175,8 @@ class _ReferenceRun:
       if self.device_idle[j] and self.ready[j]:
         _, v = heapq.heappop(self.ready[j])
         self.device_idle[j] = False
-        took = self.duration(v, j) + self.back_wait(v) + self.owed[j]
+        took = (self.duration(v, j) + self.back_wait(v) + self.owed[j] +
+                max(0.0, self.handled_until[j] - now))
         self.owed[j] = 0.0
         self.start[v], self.end[v] = now, now + took
         self.busy[j] += took
@@ -189,10 +191,13 @@ class _ReferenceRun:
       key, src_dev, dst_dev = self.transfers[x]
       size = self.tensor_size[key]
       times = self.repeats.get(key, 1)
+      handling = times * (self.runtime.transfer_cpu_us[0] + size * (
+          self.runtime.transfer_cpu_us_per_mb[0] / 1e6))
       if not self.device_idle[src_dev]:
-        self.owed[src_dev] += times * (
-            self.runtime.transfer_cpu_us[0] + size * (
-                self.runtime.transfer_cpu_us_per_mb[0] / 1e6))
+        self.owed[src_dev] += handling
+      else:  # an idle sender's core handles it as it leaves
+        self.handled_until[src_dev] = max(self.handled_until[src_dev],
+                                          now) + handling
       self.moved += times * size
       self.alloc(dst_dev, size)
       done = now + times * self.topo.transfer_us(src_dev, dst_dev, size)
@@ -236,10 +241,14 @@ class _ReferenceRun:
 
   def on_transfer(self, now, x):  # pylint: disable=unused-argument
     key, _, dst_dev = self.transfers[x]
+    handling = self.repeats.get(key, 1) * (
+        self.runtime.transfer_cpu_us[1] + self.tensor_size[key] * (
+            self.runtime.transfer_cpu_us_per_mb[1] / 1e6))
     if not self.device_idle[dst_dev]:
-      self.owed[dst_dev] += self.repeats.get(key, 1) * (
-          self.runtime.transfer_cpu_us[1] + self.tensor_size[key] * (
-              self.runtime.transfer_cpu_us_per_mb[1] / 1e6))
+      self.owed[dst_dev] += handling
+    else:  # within its latency, unless earlier arrivals still hold the core
+      self.handled_until[dst_dev] = max(self.handled_until[dst_dev],
+                                        now - handling) + handling
     for e in self.consumers[key]:
       t = self.edges[e][1]
       if self.place[t] == dst_dev:
