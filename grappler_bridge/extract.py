@@ -163,7 +163,7 @@ def _default_signature(path: str, names: Sequence[str]) -> str:
 def from_graph_file(path: str) -> ExtractedGraph:
   """Reads a GraphDef or MetaGraphDef file (.pb binary or .pbtxt text)."""
   meta_graph = read_graph_file(path)
-  fetches = list(meta_graph.collection_def[FETCH_COLLECTION].node_list.value)
+  fetches = _collection_fetches(meta_graph)
   if not fetches:
     fetches = _signature_fetches(meta_graph) or _sink_nodes(meta_graph.graph_def)
   try:
@@ -342,12 +342,23 @@ def _check_importable(path: str, graph_def) -> None:
         f"{path}: invalid graph: {errors.first_line(e)}") from e
 
 
+def _collection_fetches(meta_graph) -> list:
+  """The ops of the `train_op` collection.
+
+  TF1 code adds ops and tensors alike (`add_to_collection(TRAIN_OP, loss)`
+  stores `loss:0`); a tensor or control input names its op, which is what
+  Grappler and a session's targets take.
+  """
+  values = meta_graph.collection_def[FETCH_COLLECTION].node_list.value
+  return _unique(_node_name(name) for name in values if name)
+
+
 def _signature_fetches(meta_graph) -> list:
   names = []
   for signature in meta_graph.signature_def.values():
     for tensor_info in signature.outputs.values():
       if tensor_info.name:
-        names.append(tensor_info.name.split(":")[0].lstrip("^"))
+        names.append(_node_name(tensor_info.name))
   return _unique(names)
 
 
@@ -357,9 +368,14 @@ def _sink_nodes(graph_def) -> list:
   (graph_view.sinks does the same for costing; graph_view imports this module,
   so this one cannot import it back.)
   """
-  consumed = {name.lstrip("^").split(":")[0]
-              for node in graph_def.node for name in node.input}
+  consumed = {_node_name(name) for node in graph_def.node
+              for name in node.input}
   return [n.name for n in graph_def.node if n.name not in consumed]
+
+
+def _node_name(name: str) -> str:
+  """`op`, `op:1` and `^op` all name the op `op`."""
+  return name.lstrip("^").split(":")[0]
 
 
 def _unique(items) -> list:

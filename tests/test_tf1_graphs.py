@@ -81,6 +81,23 @@ def test_ref_variable_training_graph_runs_from_its_metagraph(tmp_path):
   assert not np.allclose(seen[1], seen[2])
 
 
+def test_a_train_op_collection_of_tensors_names_their_ops(tmp_path):
+  # TF1 code puts tensors in the collection too (`loss:0`), and a control
+  # input spelling (`^train`) names an op as well.
+  graph, _, _, loss, train = _v1_training_graph(resource_variables=True)
+  path = str(tmp_path / "tensors.meta")
+  with graph.as_default():
+    V1.add_to_collection("train_op", loss)
+    V1.add_to_collection("train_op", train)
+    meta_graph = V1.train.export_meta_graph(graph=graph)
+  meta_graph.collection_def["train_op"].node_list.value.append("^train")
+  with open(path, "wb") as f:
+    f.write(meta_graph.SerializeToString())
+  extracted = extract.from_graph_file(path)
+  assert sorted(extracted.fetches) == ["loss", "train"]
+  assert {"loss", "train"} <= {node.name for node in extracted.graph_def.node}
+
+
 def test_v1_saved_model_is_placed_and_written_back_with_its_input_names(
     tmp_path):
   _need_two_cpus()
