@@ -416,3 +416,20 @@ def test_perceiver_reads_the_image_once_per_repeat_with_shared_weights():
   def updates(graph):
     return graph.op_types.count("AssignSubVariableOp")
   assert updates(thrice) == updates(once) > 0
+
+
+def test_tagger_runs_both_directions_and_tags_every_token():
+  model = _variant("tiny_tagger", families.TAGGER, cell="gru", layers=2,
+                   hidden=8, seq=3, batch=2, vocab=50, tags=4)
+  graph = store.build_graph(model, DEVICES)
+  names = graph.node_names
+  for direction in ("forward", "backward"):
+    # Two matmuls (input, recurrent) per token in each direction of each
+    # layer, forward pass only.
+    matmuls = [n for i, n in enumerate(names)
+               if graph.op_types[i] == "MatMul" and "gradient" not in n
+               and f"/{direction}_" in n and "/gru_cell/" in n]
+    assert len(matmuls) == 2 * 2 * 3, direction
+  logits = [graph.output_shapes[i][0] for i in range(graph.num_nodes)
+            if names[i].endswith("tag_logits/BiasAdd")]
+  assert logits == [(2, 3, 4)]

@@ -376,12 +376,17 @@ def assert_agrees_with_reference(graph, placement, topo, priority=None):
                            priority=priority)
   want = simulator_reference.simulate_reference(graph, placement, topo,
                                                 priority)
-  assert got.step_time_us == want["step_time_us"]
-  assert got.schedule.op_start_us.tolist() == want["op_start_us"]
-  assert got.schedule.op_end_us.tolist() == want["op_end_us"]
-  assert got.schedule.transfer_start_us.tolist() == want["transfer_start_us"]
-  assert got.schedule.transfer_end_us.tolist() == want["transfer_end_us"]
-  assert got.device_busy_us.tolist() == want["device_busy_us"]
+  # Times agree to the last bits, not bit for bit: with runtime costs the
+  # two passes can round a time differently in its 16th digit (found by
+  # this test at seed 948014954), and any difference of logic is far
+  # larger than that.
+  same = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
+  same(got.step_time_us, want["step_time_us"])
+  same(got.schedule.op_start_us, want["op_start_us"])
+  same(got.schedule.op_end_us, want["op_end_us"])
+  same(got.schedule.transfer_start_us, want["transfer_start_us"])
+  same(got.schedule.transfer_end_us, want["transfer_end_us"])
+  same(got.device_busy_us, want["device_busy_us"])
   assert got.peak_memory_bytes.tolist() == want["peak_memory_bytes"]
   assert got.num_transfers == want["num_transfers"]
   assert got.transfer_bytes == want["transfer_bytes"]

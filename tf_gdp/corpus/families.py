@@ -28,11 +28,11 @@ SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
- DUAL_ENCODER, PERCEIVER, ZOO, GENERATED) = (
+ DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
-     "perceiver", "zoo", "generated")
+     "perceiver", "zoo", "generated", "tagger")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,6 +279,16 @@ _FAMILIES = (
                                                batch=128)),
                ("gru_l3_h768_s25_b64", dict(cell="gru", layers=3, hidden=768,
                                             seq=25, batch=64))])),
+    Family("tagger", TRAIN, "unrolled bidirectional tf_keras LSTM / GRU "
+           "sequence taggers, Adam (corpus.recurrent)",
+           _variants("tagger", TAGGER, [
+               ("tagger_lstm_l2_h256_s32_b32", dict(
+                   cell="lstm", layers=2, hidden=256, seq=32, batch=32)),
+               ("tagger_gru_l3_h512_s40_b64", dict(
+                   cell="gru", layers=3, hidden=512, seq=40, batch=64)),
+               ("tagger_lstm_l4_h1024_s50_b128", dict(
+                   cell="lstm", layers=4, hidden=1024, seq=50,
+                   batch=128))])),
     Family("rnnlm", TRAIN, "the zoo's RNNLM",
            _zoo("rnnlm", [("rnnlm2", {}), ("rnnlm4", {"batch": 32}),
                           ("rnnlm2", {"batch": 512})])),

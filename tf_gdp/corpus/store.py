@@ -138,6 +138,7 @@ def _extract(variant: families.Variant):
       families.VIT: lambda: transformers.vision_transformer(**args),
       families.TRANSLATION: lambda: transformers.translation_model(**args),
       families.RECURRENT: lambda: recurrent.language_model(**args),
+      families.TAGGER: lambda: recurrent.sequence_tagger(**args),
       families.UNET: lambda: vision_models.unet(**args),
       families.MIXER: lambda: vision_models.mlp_mixer(**args),
       families.DLRM: lambda: recommenders.dlrm(**args),
