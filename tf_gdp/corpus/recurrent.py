@@ -14,14 +14,18 @@ side by side rather than layer after layer.
 from tf_gdp.corpus import training_steps
 
 
+def _cell_layer(tf_keras, cell: str):
+  """The tf_keras recurrent layer class of `cell` ('lstm' or 'gru')."""
+  return {"lstm": tf_keras.layers.LSTM, "gru": tf_keras.layers.GRU}[cell]
+
+
 def language_model(*, cell: str = "lstm", layers: int, hidden: int, seq: int,
                    batch: int, vocab: int = 10000, learning_rate: float = 0.1,
                    seed: int = 0):
   """The step of an unrolled `cell` ('lstm' or 'gru') language model."""
   tf, tf_keras = training_steps.libraries()
   tf_keras.backend.clear_session()
-  layer_class = {"lstm": tf_keras.layers.LSTM,
-                 "gru": tf_keras.layers.GRU}[cell]
+  layer_class = _cell_layer(tf_keras, cell)
   rng = tf.random.Generator.from_seed(seed)
   tokens = tf.Variable(rng.uniform([batch, seq + 1], 0, vocab, dtype=tf.int32),
                        trainable=False, name="tokens")
@@ -48,8 +52,7 @@ def sequence_tagger(*, cell: str = "lstm", layers: int, hidden: int, seq: int,
   """The step of an unrolled bidirectional `cell` tagger ('lstm' or 'gru')."""
   tf, tf_keras = training_steps.libraries()
   tf_keras.backend.clear_session()
-  layer_class = {"lstm": tf_keras.layers.LSTM,
-                 "gru": tf_keras.layers.GRU}[cell]
+  layer_class = _cell_layer(tf_keras, cell)
   rng = tf.random.Generator.from_seed(seed)
   tokens = tf.Variable(rng.uniform([batch, seq], 0, vocab, dtype=tf.int32),
                        trainable=False, name="tokens")
