@@ -23,6 +23,7 @@ _INSTALL_REQUIRES = [
     "numba>=0.68,<0.69",  # compiles the simulator core
     "scipy>=1.11",  # HiGHS LPs (lower bound with 3+ kinds, m-SCT)
     "matplotlib>=3.8",  # `place` writes Gantt charts (tf_gdp.viz)
+    "pymetis>=2023.1",  # the policy's partition push (policy.features)
 ]
 
 setuptools.setup(
@@ -42,7 +43,7 @@ setuptools.setup(
     install_requires=_INSTALL_REQUIRES,
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"],
-        "bench": ["matplotlib>=3.8", "pymetis>=2023.1"],
+        "bench": ["matplotlib>=3.8"],
         "distributed": ["psutil>=5.9"],
     },
     entry_points={"console_scripts": ["tf-gdp=tf_gdp.cli.main:run"]},

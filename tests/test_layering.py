@@ -25,7 +25,9 @@ _LAYERS = (
     ("tf_gdp.auto_method",),
     ("tf_gdp.gdp_method",),
     ("tf_gdp.rl",),
-    ("tf_gdp.policy", "tf_gdp.baselines", "tf_gdp.viz", "tf_gdp.runtime"),
+    # The policy's partition push reads a METIS cut (`baselines.metis`).
+    ("tf_gdp.policy",),
+    ("tf_gdp.baselines", "tf_gdp.viz", "tf_gdp.runtime"),
     ("tf_gdp.graph_specs", "tf_gdp.placement_file", "tf_gdp.target_devices"),
     ("tf_gdp.corpus",),
     ("tf_gdp.zoo",),

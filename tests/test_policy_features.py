@@ -194,3 +194,28 @@ def test_longest_paths_match_a_dynamic_program_on_random_dags():
         want[v] = want[preds].max() + 1
     got = feature_columns.longest_path_lengths(n, src, dst)
     np.testing.assert_array_equal(got, want)
+
+
+def test_partition_puts_two_parallel_branches_on_their_own_devices():
+  # Two chains of equal work joined at a sink that may only run on the
+  # CPU: a balanced cut gives each chain a GPU, the CPU-only op no part.
+  edges = [(0, 1, 1000), (1, 2, 1000), (3, 4, 1000), (4, 5, 1000),
+           (2, 6, 10), (5, 6, 10)]
+  kinds = [None] * 6 + [["CPU"]]
+  graph = op_graph.OpGraph.build(
+      name="branches", node_names=[f"n{i}" for i in range(7)],
+      op_types=["MatMul"] * 7,
+      costs={"GPU": [5.0] * 7, "CPU": [50.0] * 7},
+      output_bytes=[1000] * 7, memory_bytes=[0] * 7,
+      edge_src=[e[0] for e in edges], edge_dst=[e[1] for e in edges],
+      edge_bytes=[e[2] for e in edges], device_kinds=kinds)
+  inputs = features.policy_inputs(graph, _topo(("GPU", "GPU", "CPU")))
+  by_node = np.zeros((7, 2), np.float32)
+  by_node[inputs.order] = inputs.partition_features[:inputs.num_nodes]
+  assert by_node[:6, 1].tolist() == [1.0] * 6 and by_node[6, 1] == 0.0
+  first, second = by_node[:3, 0], by_node[3:6, 0]
+  assert len(set(first)) == 1 and len(set(second)) == 1
+  assert {first[0], second[0]} == {0.0, 1.0}
+  # One primary device: nothing to cut.
+  alone = features.policy_inputs(graph, _topo(("GPU", "CPU")))
+  assert not alone.partition_features.any()

@@ -25,6 +25,7 @@ from tf_gdp.rl import trainer as trainer_lib
 from tf_gdp.rl import zero_shot
 from tf_gdp import errors
 from tf_gdp import graph_specs
+from tf_gdp.baselines import metis
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -444,12 +445,23 @@ def test_every_other_sample_gets_a_pipeline_push():
   column = features.PIPELINE_NOISE_COLUMN
   rules = features.NUM_STAGE_RULES
   shift = features.PIPELINE_SHIFT_COLUMN
+  partition = features.PARTITION_NOISE_COLUMN
   assert rules == 3 and shift == column + rules
-  assert features.EXPLORATION_SIZE == shift + 1
+  assert partition == shift + 1
+  assert features.EXPLORATION_SIZE == partition + 1
   noise = exploration.exploration_noise(
       [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 10.0).numpy()
   pushes = noise[..., column:shift]
-  assert (noise[0::2, :, column:] == 0).all()
+  assert (noise[0::2, :, column:partition] == 0).all()
+  # Row 2 of every 16 leans towards the partition instead, never shifted,
+  # and no other row does.
+  row = np.arange(1200)
+  cut = row % 16 == 2
+  assert (noise[~cut, :, partition] == 0).all()
+  assert (noise[cut, :, :partition] == 0).all()
+  assert (noise[cut, :, partition] >= 5.0).all()
+  assert noise[cut, 0, partition].mean() == pytest.approx(
+      10.0 * (0.5 + np.sqrt(2 / np.pi)), rel=0.2)
   # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
   # a gain of at least half the scale: 10 (0.5 + |N(0, 1)|).
   for rule in range(rules):
@@ -460,7 +472,6 @@ def test_every_other_sample_gets_a_pipeline_push():
         10.0 * (0.5 + np.sqrt(2 / np.pi)), rel=0.15)
   # Every other round of the rules (rows 7, 9, 11 of each 12) also shifts
   # the device centres, by uniform(-0.5, 0.5) slots.
-  row = np.arange(1200)
   shifted = (row % 2 == 1) & ((row // 2) // rules % 2 == 1)
   assert (noise[~shifted, :, shift] == 0).all()
   values = noise[shifted, :, shift]
@@ -498,11 +509,17 @@ def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
       [7, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
       exploration.PIPELINE_EXPLORATION).numpy()
   pushed = exploration.pushed_samples(noise[1:]).numpy()
-  np.testing.assert_array_equal(pushed, [True, False] * 3)
+  # Rules 0, 1, 2 in samples 1, 3, 5; the partition in sample 2.
+  np.testing.assert_array_equal(pushed, [True, True, True, False, True, False])
   greedy_and_samples = shot.valid_step_times_us
   one_device = simulator.simulate(graph, np.zeros(len(names), np.int32),
                                   task.topology).step_time_us
-  assert np.allclose(greedy_and_samples[2::2], one_device)  # drawn: device 0
+  assert np.allclose(greedy_and_samples[4::2], one_device)  # drawn: device 0
+  cut = metis.partition_devices(graph, task.topology)
+  assert len(set(cut.tolist())) == 4
+  assert greedy_and_samples[2] == pytest.approx(
+      simulator.simulate(graph, cut.astype(np.int32),
+                         task.topology).step_time_us)
   staged = simulator.simulate(graph, np.repeat(np.arange(4), 3),
                               task.topology).step_time_us
   assert staged != one_device

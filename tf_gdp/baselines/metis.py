@@ -95,6 +95,28 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   return best
 
 
+def partition_devices(graph: op_graph.OpGraph,
+                      topology: topology_lib.Topology, *,
+                      seed: int = 0) -> np.ndarray:
+  """int64[n]: each op's device in one balanced cut over the primary devices.
+
+  The textbook METIS placement without its fix-ups: part i of a p-way cut
+  of the group graph goes to the i-th primary device, and ops whose group
+  may not run on every primary device get -1, as does every op when there
+  are fewer than two primary devices. Memory is not considered; a caller
+  that needs a valid placement repairs it (`repair`). The policy's
+  exploration pushes towards this cut (`policy.features`).
+  """
+  view = common.group_view(graph, topology)
+  devices = view.primary
+  free = view.allowed[:, devices].all(axis=1)
+  group_device = np.full(view.num_groups, -1, np.int64)
+  if devices.size >= 2 and free.any():
+    parts = _partition(view, _undirected(view), devices, free, seed)
+    group_device[free] = devices[parts[free]]
+  return group_device[view.group_of]
+
+
 def _place_in_parts(view, model, adjacency, devices: np.ndarray,
                     seed: int) -> np.ndarray:
   """One METIS placement over `devices` (one part each), fixed up."""
@@ -135,7 +157,7 @@ def _partition(view, adjacency, devices, free, seed: int) -> np.ndarray:
     import pymetis  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise errors.InputError(
-        "method 'metis' needs pymetis: pip install 'tf-gdp[bench]'") from e
+        "METIS needs pymetis (a tf-gdp dependency): pip install pymetis") from e
   ptr, neighbours, nbytes = adjacency
   speeds = view.topology.speeds[devices]
   work = np.where(free, view.duration[:, devices[0]] * speeds[0], 0.0)
