@@ -433,3 +433,25 @@ def test_tagger_runs_both_directions_and_tags_every_token():
   logits = [graph.output_shapes[i][0] for i in range(graph.num_nodes)
             if names[i].endswith("tag_logits/BiasAdd")]
   assert logits == [(2, 3, 4)]
+
+
+def test_video_classifier_convolves_each_frame_then_each_pixel_over_time():
+  model = _variant("tiny_video", families.VIDEO, blocks=1, frames=8,
+                   image_size=16, batch=1, classes=5)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  forward = [n for i, n in enumerate(names) if types_[i] == "Conv2D"
+             and "gradient" not in n]
+  # Stem plus two factorised convolutions per block (4 stages, 1 block):
+  # a spatial and a temporal Conv2D each; plus the 3 strided projections.
+  assert sum("/spatial/" in n for n in forward) == 1 + 2 * 4
+  assert sum("/temporal/" in n for n in forward) == 1 + 2 * 4
+  assert sum("/project/" in n for n in forward) == 3
+  # The stages halve the frames: 8 at the stem, 1 after the third halving.
+  shapes = {names[i]: graph.output_shapes[i][0]
+            for i in range(graph.num_nodes) if graph.output_shapes[i]}
+  last = [s for n, s in shapes.items()
+          if n.endswith("stage3/block0/conv1/to_frames/transpose")]
+  assert last == [(1, 1, 1, 1, 512)]
+  logits = [s for n, s in shapes.items() if n.endswith("logits/BiasAdd")]
+  assert logits == [(1, 5)]

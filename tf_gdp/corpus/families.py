@@ -11,9 +11,10 @@ Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
-CLIP-style dual encoder and a Perceiver written with tf_keras layers
-(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
-`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`), Keras 3
+CLIP-style dual encoder, a Perceiver and an R(2+1)D video classifier written
+with tf_keras layers (`transformers`, `recurrent`, `vision_models`,
+`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`,
+`perceiver`, `video`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -28,11 +29,11 @@ SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
- DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER) = (
+ DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
-     "perceiver", "zoo", "generated", "tagger")
+     "perceiver", "zoo", "generated", "tagger", "video")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +98,14 @@ def _acoustic_models(sizes):
       (f"speech_l{layers}_h{hidden}_f{frames}_b{batch}",
        dict(layers=layers, hidden=hidden, frames=frames, batch=batch))
       for layers, hidden, frames, batch in sizes])
+
+
+def _video_classifiers(sizes):
+  """(blocks per stage, frames, image size, batch) per variant."""
+  return _variants("video", VIDEO, [
+      (f"r2plus1d_k{blocks}_t{frames}_i{image}_b{batch}",
+       dict(blocks=blocks, frames=frames, image_size=image, batch=batch))
+      for blocks, frames, image, batch in sizes])
 
 
 def _gans(sizes):
@@ -383,6 +392,11 @@ _FAMILIES = (
            "self-attention blocks; cross-attention and blocks applied again "
            "with the same weights, Adam (corpus.perceiver)",
            _perceivers(PERCEIVER_SIZES)),
+    Family("video", EVAL, "R(2+1)D video classifier: residual blocks of "
+           "per-frame 2-D and per-pixel temporal convolutions, Adam "
+           "(corpus.video)",
+           _video_classifiers([(1, 8, 112, 8), (2, 16, 112, 16),
+                               (2, 16, 160, 16)])),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -125,6 +125,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import speech
   from tf_gdp.corpus import training_steps
   from tf_gdp.corpus import transformers
+  from tf_gdp.corpus import video
   from tf_gdp.corpus import vision_models
   # pylint: enable=g-import-not-at-top
   args = dict(variant.args)
@@ -151,6 +152,7 @@ def _extract(variant: families.Variant):
       families.KERAS3_DECODER: lambda: keras3_models.language_model(**args),
       families.DUAL_ENCODER: lambda: dual_encoder.contrastive_model(**args),
       families.PERCEIVER: lambda: perceiver.classifier(**args),
+      families.VIDEO: lambda: video.r2plus1d(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
