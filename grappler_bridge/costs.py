@@ -40,6 +40,7 @@ from grappler_bridge import errors  # pylint: disable=g-import-not-at-top
 from grappler_bridge import grappler_estimates  # pylint: disable=g-import-not-at-top
 from grappler_bridge import graph_view  # pylint: disable=g-import-not-at-top
 from grappler_bridge import hardware as hw  # pylint: disable=g-import-not-at-top
+from grappler_bridge import input_shapes  # pylint: disable=g-import-not-at-top
 from grappler_bridge import loops  # pylint: disable=g-import-not-at-top
 from grappler_bridge import profiling  # pylint: disable=g-import-not-at-top
 from grappler_bridge import roofline  # pylint: disable=g-import-not-at-top
@@ -241,6 +242,9 @@ def _base_metadata(graph: graph_view.Graph, analysis: _Analysis):
       "flops_unknown_op_types": work.unknown_flop_op_types,
       "flops_unknown_rule": "1 FLOP per output element",
       "unknown_shape_nodes": analysis.outputs.unknown_shape_nodes,
+      # Inputs whose shape the graph leaves unknown, each unknown dimension
+      # priced as 1 (`input_shapes`): name -> dims, -1 unknown, None rank.
+      "unknown_shape_inputs": _unknown_inputs(graph),
       "captured_variables_with_shape": len(graph.handle_shapes),
       # One LoopCond per lowered while loop; its iterations per run where
       # the graph fixes them (`loops`), else null: that loop is priced as
@@ -248,6 +252,15 @@ def _base_metadata(graph: graph_view.Graph, analysis: _Analysis):
       "while_loops": sum(node.op == "LoopCond" for node in graph.nodes),
       "loop_trips": analysis.loops.trips,
   }
+
+
+def _unknown_inputs(graph: graph_view.Graph) -> Dict[str, Any]:
+  captured = set(graph.handle_shapes)
+  if graph.extracted is not None:
+    captured.update(graph.extracted.capture_names)
+  return {name: dims for name, dims in sorted(
+      input_shapes.unknown(graph.meta_graph.graph_def).items())
+          if name not in captured}
 
 
 def _profile_metadata(costs, profile, kind: str, specs, index):

@@ -38,6 +38,7 @@ from tf_gdp import placing
 from tf_gdp import target_devices
 from tf_gdp.baselines import valid_result
 from tf_gdp.cost import loop_caveat
+from tf_gdp.cost import shape_caveat
 from tf_gdp.cost import topology as topology_lib
 
 LOCAL = target_devices.LOCAL
@@ -240,6 +241,11 @@ class PlacedFunction:
     if loops:
       costs = {**costs, "loops": loops}
       logging.warning("%s: %s", graph.name, loops)
+    shapes = shape_caveat.caveat(graph, advice=(
+        "give the function an input_signature with every dimension known"))
+    if shapes:  # a tf.function whose input_signature leaves dimensions open
+      costs = {**costs, "inputs": shapes}
+      logging.warning("%s: %s", graph.name, shapes)
     if options.placement is not None:
       result = _reapply(graph, topo, options.placement, options.compare,
                         options.seed)

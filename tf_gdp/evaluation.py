@@ -30,6 +30,7 @@ from tf_gdp import graph_specs
 from tf_gdp import placement_file
 from tf_gdp import placing
 from tf_gdp.baselines import critical_path_order
+from tf_gdp.cost import shape_caveat
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import identity
@@ -40,7 +41,7 @@ _MB = 1e6
 
 def evaluate(graph_spec: str, placement: str, *,
              devices: Optional[str] = None, signature: Optional[str] = None,
-             seed: int = 0) -> dict:
+             input_shapes: Optional[str] = None, seed: int = 0) -> dict:
   """The JSON-able report of `placement` on the graph `graph_spec` names.
 
   Args:
@@ -49,6 +50,8 @@ def evaluate(graph_spec: str, placement: str, *,
     devices: a preset or a topology .json file (default: the placement
       file's topology, when it is a preset).
     signature: the SavedModel signature to read.
+    input_shapes: shapes of a TF graph's inputs it leaves unknown
+      ('x:32x128'; `grappler_bridge.input_shapes`).
     seed: seeds a randomized baseline.
 
   Raises:
@@ -68,7 +71,8 @@ def evaluate(graph_spec: str, placement: str, *,
   devices = devices or _file_topology(loaded_file)
   topology = topology_lib.get(devices)
   graph = graph_specs.load_graph(graph_spec, devices=devices,
-                                 signature=signature).graph
+                                 signature=signature,
+                                 input_shapes=input_shapes).graph
   if loaded_file is None:
     indices = baselines_lib.run(placement, graph, topology,
                                 seed=seed).placement
@@ -138,6 +142,7 @@ def _report(graph, topology, result: placing.PlaceResult, placement: str,
       "critical_path_valid": not simulator.memory_problems(
           ordered.peak_memory_bytes, topology),
       "recorded_step_time_us": None, "same_graph": None,
+      "inputs_caveat": shape_caveat.caveat(graph),
   }
   if loaded is not None:
     report["recorded_step_time_us"] = loaded.step_time_us
@@ -162,6 +167,8 @@ def format_report(report: dict) -> str:
       " ms (an order TensorFlow's executor does not follow)"
       + ("" if report["critical_path_valid"] else "; over memory in it"),
   ]
+  if report.get("inputs_caveat"):
+    lines.append(report["inputs_caveat"])
   recorded = report["recorded_step_time_us"]
   if recorded is not None and not np.isclose(recorded, step, rtol=1e-9):
     lines.append(f"the placement file recorded {recorded / 1e3:,.3f} ms")

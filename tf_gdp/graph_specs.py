@@ -68,27 +68,35 @@ class GraphSpec:
   devices: Optional[str] = None
   signature: Optional[str] = None
   corpus: Optional[str] = None
+  input_shapes: Optional[str] = None
 
   def load(self, devices: str) -> LoadedGraph:
     """Builds, reads or generates the graph, costed for preset `devices`."""
+    if self.input_shapes and self.path is None:
+      raise errors.InputError(
+          f"--input_shapes applies to graph files and SavedModels; "
+          f"{self.label!r} has fixed shapes")
     if self.corpus is not None:
       built = store.ensure([families.VARIANTS[self.corpus]], devices)
       return LoadedGraph(json_io.load_json(built[0].path))
     if self.model is not None:
       return load_model(self.model, knobs=self.knobs, devices=devices)
     if self.path is not None:
-      return load(self.path, devices=devices, signature=self.signature)
+      return load(self.path, devices=devices, signature=self.signature,
+                  input_shapes=self.input_shapes)
     return LoadedGraph(generators.generate(self.generator, self.options,
                                            label=self.label))
 
 
 def parse(spec: str, *, allow_devices: bool = False,
-          signature: Optional[str] = None) -> List[GraphSpec]:
+          signature: Optional[str] = None,
+          input_shapes: Optional[str] = None) -> List[GraphSpec]:
   """Parses a graph spec (module doc); InputError on a bad item.
 
   `GRAPH@DEVICES` items are only accepted with `allow_devices` (pre-training
   on several topologies); elsewhere the command's --devices decides.
-  `signature` applies to every SavedModel of the spec.
+  `signature` applies to every SavedModel of the spec, `input_shapes`
+  (`grappler_bridge.input_shapes`) to every graph file and SavedModel.
   """
   generated, others = [], []
   for entry in [s.strip() for s in spec.split(",") if s.strip()]:
@@ -108,6 +116,8 @@ def parse(spec: str, *, allow_devices: bool = False,
     else:
       new = _models_and_files(item, signature)
       others += new
+    for made in new:
+      made.input_shapes = input_shapes
     if at:
       for done in new:
         done.devices = devices
@@ -124,13 +134,14 @@ def parse(spec: str, *, allow_devices: bool = False,
 
 
 def load_graph(spec: str, *, devices: str = presets.DEFAULT,
-               signature: Optional[str] = None) -> LoadedGraph:
+               signature: Optional[str] = None,
+               input_shapes: Optional[str] = None) -> LoadedGraph:
   """Loads the one graph `spec` names (a zoo model with knobs, a file, ...).
 
   `gdp.load_graph("gnmt4:batch=64", devices="p100x4")`; a spec that names
   several graphs (a glob, `zoo`, a comma) is an InputError: use `parse`.
   """
-  specs = parse(spec, signature=signature)
+  specs = parse(spec, signature=signature, input_shapes=input_shapes)
   if len(specs) != 1:
     raise errors.InputError(
         f"{spec!r} names {len(specs)} graphs ({', '.join(s.label for s in specs)})"
@@ -161,12 +172,19 @@ def _models_and_files(item: str, signature: Optional[str]) -> List[GraphSpec]:
 
 def load(path: str, *, devices: str = presets.DEFAULT,
          signature: Optional[str] = None,
+         input_shapes: Optional[str] = None,
          cross_check: bool = False) -> LoadedGraph:
   """Loads an op-graph JSON file, a GraphDef/MetaGraphDef file or a SavedModel.
 
   A SavedModel's `signature` None means `serving_default` if it has one,
-  else its only signature.
+  else its only signature. `input_shapes` ('x:32x128,mask:32x128') fixes
+  the shapes of a TensorFlow graph's inputs before it is costed
+  (`grappler_bridge.input_shapes`).
   """
+  if input_shapes and path.endswith(".json"):
+    raise errors.InputError(
+        f"--input_shapes applies to graph files and SavedModels; {path} is "
+        "an op graph with its shapes already fixed")
   if os.path.isdir(path):
     from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
     extracted = extract.from_saved_model(path, signature)
@@ -182,6 +200,13 @@ def load(path: str, *, devices: str = presets.DEFAULT,
     raise errors.GraphLoadError(
         f"{path}: unknown graph file type (expected .json, .pb, .pbtxt or a "
         "SavedModel directory)")
+  if input_shapes:
+    from grappler_bridge import input_shapes as input_shapes_lib  # pylint: disable=g-import-not-at-top
+    try:
+      input_shapes_lib.apply(extracted.graph_def,
+                             input_shapes_lib.parse(input_shapes))
+    except errors.InputError as e:
+      raise type(e)(f"{path}: {e}") from e
   name = os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
   return LoadedGraph(
       op_graph_from_extracted(extracted, name=name, devices=devices,

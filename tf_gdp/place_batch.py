@@ -35,6 +35,7 @@ from tf_gdp import graph_specs
 from tf_gdp import gdp_method
 from tf_gdp import placing
 from tf_gdp.cost import loop_caveat
+from tf_gdp.cost import shape_caveat
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import identity
 
@@ -55,7 +56,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                policy: Optional[str] = None, samples: int = 16,
                seed: int = 0, compare=placing.DEFAULT_COMPARE,
                pictures: bool = True, write_graph: bool = False,
-               signature: Optional[str] = None, profile: bool = True,
+               signature: Optional[str] = None,
+               input_shapes: Optional[str] = None, profile: bool = True,
                calibrate: bool = True, confirm: bool = True,
                allow_side_effects: bool = False,
                log: Callable[[str], None] = lambda line: None,
@@ -63,7 +65,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
                robust_objective: bool = False) -> List[Outcome]:
   """Places every graph of `spec` on `devices`; writes under `out_dir`.
 
-  `signature` names the signature of the SavedModels in `spec`;
+  `signature` names the signature of the SavedModels in `spec` and
+  `input_shapes` fixes their inputs' unknown shapes (`graph_specs.parse`);
   `robust_members` and `robust_objective` are `placing.place`'s. With
   `profile`, a TensorFlow graph whose devices are here (`local-cpus:K`,
   `cpu-workers:K`) is priced by a profile on them (`runtime.profiled_costs`);
@@ -84,7 +87,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
   if method in (placing.GDP, placing.AUTO):
     gdp_method.check_policy(policy)
   topology = topology_lib.get(devices)
-  items = graph_specs.parse(spec, signature=signature)
+  items = graph_specs.parse(spec, signature=signature,
+                            input_shapes=input_shapes)
   if calibrate and re.fullmatch(rf"{topology_lib.CPU_WORKERS}:\d+", devices):
     topology = _calibrated(devices, topology, log)
   os.makedirs(out_dir, exist_ok=True)
@@ -114,6 +118,10 @@ def place_many(spec: str, devices: str, out_dir: str, *,
       if loops:
         costs = {**costs, "loops": loops}
         log(f"  {item.label}: {loops}")
+      shapes = shape_caveat.caveat(loaded.graph)
+      if shapes:
+        costs = {**costs, "inputs": shapes}
+        log(f"  {item.label}: {shapes}")
       outcome.nodes = loaded.graph.num_nodes
       result = placing.place(
           loaded.graph, topology, method, budget_seconds=budget_seconds,

@@ -45,6 +45,7 @@ _REPEATS = flags.DEFINE_integer("measure_repeats", 5, "Timed steps per measureme
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for randomized methods.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write all rows and settings here.")
 _SIGNATURE = graph_flags.define_signature(__name__)
+_INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 _ALLOW_SIDE_EFFECTS = cli_lib.define_allow_side_effects(__name__)
 _PROFILE = graph_flags.define_profile(__name__)
 
@@ -64,7 +65,8 @@ def _profiled(loaded, devices: str):
 
 
 def main(argv):
-  graphs = graph_specs.parse(_GRAPHS.value, signature=_SIGNATURE.value)
+  graphs = graph_specs.parse(_GRAPHS.value, signature=_SIGNATURE.value,
+                              input_shapes=_INPUT_SHAPES.value)
   methods = harness.parse_methods(_METHODS.value)
   if _MEASURE.value and _MEASURE.value not in _DEVICES.value:
     raise errors.InputError(

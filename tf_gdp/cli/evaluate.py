@@ -35,13 +35,16 @@ _JSON_OUT = flags.DEFINE_string(
     "json_out", None, "Also write the report as JSON here (step_time_us, "
     "valid, reason, devices, transfer_bytes, lower_bound_us, ...).")
 _SIGNATURE = graph_flags.define_signature(__name__)
+_INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 
 
 def main(argv):
   del argv
   report = evaluation.evaluate(_GRAPH.value, _PLACEMENT.value,
                                devices=_DEVICES.value,
-                               signature=_SIGNATURE.value, seed=_SEED.value)
+                               signature=_SIGNATURE.value,
+                               input_shapes=_INPUT_SHAPES.value,
+                               seed=_SEED.value)
   print(evaluation.format_report(report))
   if _JSON_OUT.value:
     fileio.write_atomically(_JSON_OUT.value, json.dumps(report, indent=1))

@@ -21,6 +21,7 @@ _GRAPH = flags.DEFINE_string(
     "graph", None, "A user graph instead of --model: GraphDef/MetaGraphDef "
     "(.pb/.pbtxt), SavedModel directory, or op-graph .json.")
 _SIGNATURE = graph_flags.define_signature(__name__)
+_INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 _DEVICES = flags.DEFINE_string(
     "devices", presets.DEFAULT, "Device preset whose hardware prices the op "
     f"costs in JSON output ({', '.join(presets.names())}).")
@@ -46,6 +47,7 @@ def main(argv):
   else:
     loaded = graph_specs.load(_GRAPH.value, devices=_DEVICES.value,
                               signature=_SIGNATURE.value,
+                              input_shapes=_INPUT_SHAPES.value,
                               cross_check=_CROSS_CHECK.value)
   if out.endswith(".json"):
     json_io.save_json(loaded.graph, out)

@@ -48,13 +48,15 @@ _ZEROSHOT_SAMPLES = flags.DEFINE_integer(
     lower_bound=0)
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds sampling.")
 _SIGNATURE = graph_flags.define_signature(__name__)
+_INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
 
 def main(argv):
   cli_lib.quiet_tensorflow_logs()
   command = _command(argv[0] if argv else "tf-gdp finetune")
-  items = graph_specs.parse(_GRAPH.value, signature=_SIGNATURE.value)
+  items = graph_specs.parse(_GRAPH.value, signature=_SIGNATURE.value,
+                           input_shapes=_INPUT_SHAPES.value)
   if len(items) != 1:
     raise errors.InputError("--graph names one graph")
   topology = topology_lib.get(_DEVICES.value)

@@ -27,3 +27,12 @@ def define_profile(module_name: str) -> flags.FlagHolder:
       "cpu-workers:K), price a TensorFlow graph's ops by a profile on them (a "
       "few steps, cached; every method alike); --noprofile keeps the roofline "
       "costs.", module_name=module_name)
+
+
+def define_input_shapes(module_name: str) -> flags.FlagHolder:
+  """`--input_shapes=NAME:DIMS,...`: shapes a graph file leaves unknown."""
+  return flags.DEFINE_string(
+      "input_shapes", None, "Shapes of a graph file's or SavedModel's inputs "
+      "where it leaves them unknown, e.g. 'x:32x128,mask:32x128' (unknown "
+      "dimensions are otherwise priced as 1). The placed graph written with "
+      "--write_graph keeps these shapes.", module_name=module_name)

@@ -23,12 +23,14 @@ _TOP = flags.DEFINE_integer("top", 10, "How many of the largest ops to list.",
                             lower_bound=0)
 _AS_JSON = flags.DEFINE_bool("json", False, "Print the summary as JSON.")
 _SIGNATURE = graph_flags.define_signature(__name__)
+_INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 
 
 def main(argv):
   del argv
   graph = graph_specs.load(_GRAPH.value, devices=_DEVICES.value,
-                           signature=_SIGNATURE.value).graph
+                           signature=_SIGNATURE.value,
+                           input_shapes=_INPUT_SHAPES.value).graph
   info = describe.summary(graph, top=_TOP.value)
   if _AS_JSON.value:
     print(json.dumps(info, indent=2))

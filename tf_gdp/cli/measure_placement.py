@@ -22,6 +22,7 @@ from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp import placement_file
 from tf_gdp.cli import graph_flags
+from tf_gdp.cost import shape_caveat
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.rl import cli_lib
@@ -45,6 +46,7 @@ _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed steps (median).",
 _TIMEOUT = flags.DEFINE_float("timeout", 120.0, "Seconds a step may take.",
                               lower_bound=0.1)
 _SIGNATURE = graph_flags.define_signature(__name__)
+_INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 _ALLOW_SIDE_EFFECTS = cli_lib.define_allow_side_effects(__name__)
 
 
@@ -55,7 +57,8 @@ def main(argv):
   from tf_gdp.runtime import measure  # pylint: disable=g-import-not-at-top
   from tf_gdp.runtime import profiled_costs  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  items = graph_specs.parse(_GRAPH.value, signature=_SIGNATURE.value)
+  items = graph_specs.parse(_GRAPH.value, signature=_SIGNATURE.value,
+                           input_shapes=_INPUT_SHAPES.value)
   if len(items) != 1:
     raise errors.InputError("--graph names one graph")
   topology = topology_lib.get(_DEVICES.value)
@@ -90,6 +93,9 @@ def main(argv):
   times = ", ".join(f"{t / 1e3:.2f}" for t in result.times_us)
   print(f"measured  {result.step_time_us / 1e3:,.2f} ms (median of "
         f"{len(result.times_us)} steps: {times})")
+  shapes = shape_caveat.caveat(graph, measured=True)
+  if shapes:
+    print(shapes)
 
 
 def _priced(costs: dict) -> str:

@@ -65,6 +65,7 @@ _ROBUST_MEMBERS = flags.DEFINE_integer(
     "median and worst-case ratio to one device (0: off).", lower_bound=0)
 _ROBUST_OBJECTIVE = cli_lib.define_robust_objective(__name__)
 _SIGNATURE = graph_flags.define_signature(__name__)
+_INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 _PROFILE = graph_flags.define_profile(__name__)
 _CONFIRM = flags.DEFINE_bool(
     "confirm", True, "When the devices can be timed here (cpu-workers:K), "
@@ -85,6 +86,7 @@ def main(argv):
       samples=_SAMPLES.value, seed=_SEED.value,
       compare=[c for c in _COMPARE.value if c], pictures=_PICTURES.value,
       write_graph=_WRITE_GRAPH.value, signature=_SIGNATURE.value,
+      input_shapes=_INPUT_SHAPES.value,
       profile=_PROFILE.value, calibrate=_CALIBRATE.value,
       confirm=_CONFIRM.value, allow_side_effects=_ALLOW_SIDE_EFFECTS.value,
       log=cli_lib.progress, robust_members=_ROBUST_MEMBERS.value,
