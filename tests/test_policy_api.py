@@ -47,7 +47,7 @@ def test_contract_constants():
       "edge_features",
       "node_mask", "edge_mask", "group_ids", "group_mask", "device_features",
       "device_mask", "exploration_noise", "stage_features",
-      "partition_features", "allowed",
+      "placement_features", "allowed",
       "num_nodes", "num_groups", "num_devices")
   assert (policy.F_NODE, policy.F_EDGE, policy.F_DEVICE) == (
       len(policy.NODE_FEATURE_NAMES), len(policy.EDGE_FEATURE_NAMES),

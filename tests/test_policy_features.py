@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 
 from tf_gdp import errors
+from tf_gdp.baselines import m_etf
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
 from tf_gdp.policy import feature_columns
 from tf_gdp.policy import features
+from tf_gdp.policy import push_placements
 
 GIB = 1 << 30
 
@@ -196,7 +198,7 @@ def test_longest_paths_match_a_dynamic_program_on_random_dags():
     np.testing.assert_array_equal(got, want)
 
 
-def test_partition_puts_two_parallel_branches_on_their_own_devices():
+def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   # Two chains of equal work joined at a sink that may only run on the
   # CPU: a balanced cut gives each chain a GPU, the CPU-only op no part.
   edges = [(0, 1, 1000), (1, 2, 1000), (3, 4, 1000), (4, 5, 1000),
@@ -209,13 +211,22 @@ def test_partition_puts_two_parallel_branches_on_their_own_devices():
       output_bytes=[1000] * 7, memory_bytes=[0] * 7,
       edge_src=[e[0] for e in edges], edge_dst=[e[1] for e in edges],
       edge_bytes=[e[2] for e in edges], device_kinds=kinds)
-  inputs = features.policy_inputs(graph, _topo(("GPU", "GPU", "CPU")))
-  by_node = np.zeros((7, 2), np.float32)
-  by_node[inputs.order] = inputs.partition_features[:inputs.num_nodes]
+  topology = _topo(("GPU", "GPU", "CPU"))
+  inputs = features.policy_inputs(graph, topology)
+  assert push_placements.PUSHES == ("metis_cut", "m_etf")
+  by_node = np.zeros((7, 4), np.float32)
+  by_node[inputs.order] = inputs.placement_features[:inputs.num_nodes]
   assert by_node[:6, 1].tolist() == [1.0] * 6 and by_node[6, 1] == 0.0
   first, second = by_node[:3, 0], by_node[3:6, 0]
   assert len(set(first)) == 1 and len(set(second)) == 1
   assert {first[0], second[0]} == {0.0, 1.0}
+  # m-ETF's schedule: each op's device as a coordinate among the GPUs; the
+  # CPU (a kind with one device) is coordinate 0, which pulls to nothing.
+  scheduled = m_etf.place(graph, topology)
+  gpu = scheduled < 2
+  np.testing.assert_array_equal(by_node[:, 3], np.ones(7))
+  np.testing.assert_array_equal(by_node[gpu, 2], scheduled[gpu])
+  assert by_node[6, 2] == 0.0 and scheduled[6] == 2
   # One primary device: nothing to cut.
   alone = features.policy_inputs(graph, _topo(("GPU", "CPU")))
-  assert not alone.partition_features.any()
+  assert not alone.placement_features[:, :2].any()

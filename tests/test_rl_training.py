@@ -25,6 +25,7 @@ from tf_gdp.rl import trainer as trainer_lib
 from tf_gdp.rl import zero_shot
 from tf_gdp import errors
 from tf_gdp import graph_specs
+from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import metis
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
@@ -445,23 +446,28 @@ def test_every_other_sample_gets_a_pipeline_push():
   column = features.PIPELINE_NOISE_COLUMN
   rules = features.NUM_STAGE_RULES
   shift = features.PIPELINE_SHIFT_COLUMN
-  partition = features.PARTITION_NOISE_COLUMN
+  placed = features.PLACEMENT_NOISE_COLUMN
   assert rules == 3 and shift == column + rules
-  assert partition == shift + 1
-  assert features.EXPLORATION_SIZE == partition + 1
+  assert placed == shift + 1
+  assert features.NUM_PLACEMENT_PUSHES == len(exploration.PUSH_ROWS) == 2
+  assert features.EXPLORATION_SIZE == placed + 2
   noise = exploration.exploration_noise(
       [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 10.0).numpy()
   pushes = noise[..., column:shift]
-  assert (noise[0::2, :, column:partition] == 0).all()
-  # Row 2 of every 16 leans towards the partition instead, never shifted,
-  # and no other row does.
+  assert (noise[0::2, :, column:placed] == 0).all()
+  # Rows 2 and 4 of every 16 lean towards the cut and m-ETF's placement
+  # instead, never shifted, and no other row does.
   row = np.arange(1200)
-  cut = row % 16 == 2
-  assert (noise[~cut, :, partition] == 0).all()
-  assert (noise[cut, :, :partition] == 0).all()
-  assert (noise[cut, :, partition] >= 5.0).all()
-  assert noise[cut, 0, partition].mean() == pytest.approx(
-      10.0 * (0.5 + np.sqrt(2 / np.pi)), rel=0.2)
+  for p, push_row in enumerate((2, 4)):
+    leans = row % 16 == push_row
+    assert (noise[~leans, :, placed + p] == 0).all()
+    assert (np.delete(noise[leans], placed + p, axis=-1) == 0).all()
+    assert (noise[leans, :, placed + p] >= 5.0).all()
+    assert noise[leans, 0, placed + p].mean() == pytest.approx(
+        10.0 * (0.5 + np.sqrt(2 / np.pi)), rel=0.2)
+  # Each push draws from its own seed: they are not the same numbers.
+  assert not np.allclose(noise[row % 16 == 2, 0, placed],
+                         noise[row % 16 == 4, 0, placed + 1])
   # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
   # a gain of at least half the scale: 10 (0.5 + |N(0, 1)|).
   for rule in range(rules):
@@ -509,17 +515,20 @@ def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
       [7, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
       exploration.PIPELINE_EXPLORATION).numpy()
   pushed = exploration.pushed_samples(noise[1:]).numpy()
-  # Rules 0, 1, 2 in samples 1, 3, 5; the partition in sample 2.
-  np.testing.assert_array_equal(pushed, [True, True, True, False, True, False])
+  # Rules 0, 1, 2 in samples 1, 3, 5; the cut in sample 2, m-ETF in 4.
+  np.testing.assert_array_equal(pushed, [True, True, True, True, True, False])
   greedy_and_samples = shot.valid_step_times_us
   one_device = simulator.simulate(graph, np.zeros(len(names), np.int32),
                                   task.topology).step_time_us
-  assert np.allclose(greedy_and_samples[4::2], one_device)  # drawn: device 0
+  assert greedy_and_samples[6] == pytest.approx(one_device)  # drawn: device 0
   cut = metis.partition_devices(graph, task.topology)
   assert len(set(cut.tolist())) == 4
   assert greedy_and_samples[2] == pytest.approx(
       simulator.simulate(graph, cut.astype(np.int32),
                          task.topology).step_time_us)
+  scheduled = m_etf.place(graph, task.topology)
+  assert greedy_and_samples[4] == pytest.approx(
+      simulator.simulate(graph, scheduled, task.topology).step_time_us)
   staged = simulator.simulate(graph, np.repeat(np.arange(4), 3),
                               task.topology).step_time_us
   assert staged != one_device

@@ -32,12 +32,12 @@ from typing import Optional
 import numpy as np
 
 from tf_gdp import errors
-from tf_gdp.baselines import metis
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 from tf_gdp.graph import scopes
 from tf_gdp.policy import feature_columns
+from tf_gdp.policy import push_placements
 
 # Hashed op-type vocabulary: id 0 is padding; real types hash into
 # [1, OP_VOCAB), so op types never seen in training still get an id.
@@ -114,13 +114,14 @@ NUM_STAGE_RULES = len(scopes.STAGE_RULES)
 # (`devices.stage_direction`): a push with shifts tries a neighbouring
 # contiguous split of the stages over the devices.
 PIPELINE_SHIFT_COLUMN = PIPELINE_NOISE_COLUMN + NUM_STAGE_RULES
-# And one column of the sample's partition push: a random gain on the
-# direction of a balanced cut of the graph (`partition_features`), one part
-# per device; the placement METIS finds for graphs of parallel branches
-# (two directions of a bidirectional RNN, the towers of a recommender),
-# which no stage rule names.
-PARTITION_NOISE_COLUMN = PIPELINE_SHIFT_COLUMN + 1
-EXPLORATION_SIZE = PARTITION_NOISE_COLUMN + 1
+# And one column per placement push (`push_placements.PUSHES`): a random
+# gain on the direction of a whole placement of the graph
+# (`placement_features`): the balanced cut METIS finds for graphs of
+# parallel branches (two directions of a bidirectional RNN, the towers of a
+# recommender), which no stage rule names, and m-ETF's schedule.
+PLACEMENT_NOISE_COLUMN = PIPELINE_SHIFT_COLUMN + 1
+NUM_PLACEMENT_PUSHES = len(push_placements.PUSHES)
+EXPLORATION_SIZE = PLACEMENT_NOISE_COLUMN + NUM_PLACEMENT_PUSHES
 
 # Names and dtypes of the observation dict (`as_tensors`), with the padded
 # dimension each axis has: N nodes, E edges, G groups, D devices.
@@ -139,7 +140,7 @@ _OBSERVATION_LAYOUT = (
     ("device_mask", ("D",), np.bool_),
     ("exploration_noise", ("D", EXPLORATION_SIZE), np.float32),
     ("stage_features", ("N", 2 * NUM_STAGE_RULES), np.float32),
-    ("partition_features", ("N", 2), np.float32),
+    ("placement_features", ("N", 2 * NUM_PLACEMENT_PUSHES), np.float32),
     ("allowed", ("G", "D"), np.bool_),
     ("num_nodes", (), np.int32),
     ("num_groups", (), np.int32),
@@ -171,13 +172,13 @@ class PolicyInputs:
       the graph's main stack of numbered blocks in [0, 1]
       (`scopes.stage_coordinates`), and 1.0 if it has one (0.0: none, and
       padding).
-    partition_features: float32[N, 2] per node: its part of a balanced
-      METIS cut of the graph over the primary devices
-      (`baselines.metis.partition_devices`) as a stage coordinate, i / (K - 1)
-      for the i-th of the K devices of its kind, so that
-      `devices.stage_direction` pulls it to that device; and 1.0 if it has a
-      part (0.0: an op that may not run on every primary device, fewer than
-      two primary devices, and padding).
+    placement_features: float32[N, 2 * NUM_PLACEMENT_PUSHES] per node and
+      placement push p (`push_placements.PUSHES`): column 2p is the device
+      that placement gives the op as a stage coordinate, i / (K - 1) for the
+      i-th of the K devices of its kind, so that `devices.stage_direction`
+      pulls it to that device; column 2p + 1 is 1.0 if it gives one (0.0:
+      an op METIS's cut leaves out, a placement that does not exist, and
+      padding).
     allowed: bool[G, D] every member of the group may run on the device;
       padding groups allow device 0 only, padding devices nothing.
     order: int32[num_nodes] position -> original node id.
@@ -197,7 +198,7 @@ class PolicyInputs:
   device_mask: np.ndarray
   exploration_noise: np.ndarray
   stage_features: np.ndarray
-  partition_features: np.ndarray
+  placement_features: np.ndarray
   allowed: np.ndarray
   order: np.ndarray
   num_nodes: int
@@ -295,8 +296,10 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       graph.node_names, graph.edge_src, graph.edge_dst, order)):
     stage_features[:n, 2 * r] = stage[order]
     stage_features[:n, 2 * r + 1] = staged[order]
-  partition_features = np.zeros((big_n, 2), np.float32)
-  partition_features[:n] = _partition_coordinates(graph, topology)[order]
+  placement_features = np.zeros((big_n, 2 * NUM_PLACEMENT_PUSHES), np.float32)
+  for p, name in enumerate(push_placements.PUSHES):
+    placement_features[:n, 2 * p:2 * p + 2] = _device_coordinates(
+        push_placements.devices(name, graph, topology), topology)[order]
   op_ids = np.zeros(big_n, np.int32)
   type_ids = {t: op_type_id(t) for t in set(graph.op_types)}
   op_ids[:n] = [type_ids[graph.op_types[i]] for i in order]
@@ -329,15 +332,14 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       device_features=device_features, device_mask=np.arange(big_d) < d,
       exploration_noise=np.zeros((big_d, EXPLORATION_SIZE), np.float32),
       stage_features=stage_features,
-      partition_features=partition_features,
+      placement_features=placement_features,
       allowed=allowed, order=order, num_nodes=n, num_groups=num_groups,
       num_devices=d)
 
 
-def _partition_coordinates(graph: op_graph.OpGraph,
-                           topology: topology_lib.Topology) -> np.ndarray:
-  """float32[n, 2]: (stage coordinate of the op's part, has one) per op."""
-  device = metis.partition_devices(graph, topology)
+def _device_coordinates(device: np.ndarray,
+                        topology: topology_lib.Topology) -> np.ndarray:
+  """float32[n, 2]: (stage coordinate of the op's device, has one) per op."""
   kinds = topology.kinds
   index_in_kind = np.zeros(topology.num_devices)
   count_of_kind = np.zeros(topology.num_devices)
@@ -346,7 +348,7 @@ def _partition_coordinates(graph: op_graph.OpGraph,
     index_in_kind[members] = np.arange(len(members))
     count_of_kind[members] = len(members)
   has = device >= 0
-  coordinates = np.zeros((graph.num_nodes, 2), np.float32)
+  coordinates = np.zeros((device.size, 2), np.float32)
   chosen = device[has]
   coordinates[has, 0] = index_in_kind[chosen] / np.maximum(
       count_of_kind[chosen] - 1, 1)

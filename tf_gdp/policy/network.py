@@ -24,12 +24,13 @@ reward of the move. A sampler may therefore give each sampled placement
 noise (observation `exploration_noise`, zeros for the greedy policy): per
 stage rule (`scopes.STAGE_RULES`) a random gain on that rule's pipeline
 direction (`devices.stage_direction`), and per device a shift of the
-stages' device centres; and a gain on the direction of a balanced cut of
-the graph, one part per device (`features.PARTITION_NOISE_COLUMN`). `finish`
-adds the pushes, averaged over each group, to the logits after the logit
-scale: the sample leans, with that strength, towards sending each stage of
-the graph's main stack of blocks (or each part of the cut) to its own
-device. With `StageAffinity` (on the first rule's stages), PPO turns the
+stages' device centres; and per placement push (`policy.push_placements`:
+a balanced cut of the graph, m-ETF's schedule) a gain on the direction of
+that placement (`features.PLACEMENT_NOISE_COLUMN`). `finish` adds the
+pushes, averaged over each group, to the logits after the logit scale: the
+sample leans, with that strength, towards sending each stage of the
+graph's main stack of blocks to its own device, or each op to the device
+that placement gives it. With `StageAffinity` (on the first rule's stages), PPO turns the
 pushes that paid off into its learned gain. The noise is part of the
 observation, so PPO's probabilities are exact given it. It has no weights:
 any policy, including ones saved before it existed, explores this way.
@@ -234,7 +235,7 @@ class GdpPolicy(tf.keras.Model):
 
 # Observation entries `finish` reads (per row, when rows share `parts`).
 _FINISH_KEYS = ("allowed", "device_mask", "group_mask", "group_ids",
-                "node_mask", "stage_features", "partition_features",
+                "node_mask", "stage_features", "placement_features",
                 "device_features")
 
 
@@ -242,7 +243,7 @@ def _pipeline_noise(noise, observation, num_groups):
   """[B, G, D]: the sample's random gains times each push's direction.
 
   The stage rules' directions use the sample's shifted device centres, if
-  any; the partition's direction (one part per device) is never shifted.
+  any; a placement push's direction (one device per op) is never shifted.
   """
   device_mask = tf.cast(observation["device_mask"], tf.bool)
   shift = noise[:, :, features.PIPELINE_SHIFT_COLUMN]  # [B, D]
@@ -252,10 +253,11 @@ def _pipeline_noise(noise, observation, num_groups):
     push += gain[:, None, None] * devices.stage_direction(
         observation["stage_features"][..., 2 * r:2 * r + 2],
         observation["device_features"], device_mask, centre_shift=shift)
-  gain = noise[:, 0, features.PARTITION_NOISE_COLUMN]
-  push += gain[:, None, None] * devices.stage_direction(
-      observation["partition_features"], observation["device_features"],
-      device_mask)
+  for p in range(features.NUM_PLACEMENT_PUSHES):
+    gain = noise[:, 0, features.PLACEMENT_NOISE_COLUMN + p]
+    push += gain[:, None, None] * devices.stage_direction(
+        observation["placement_features"][..., 2 * p:2 * p + 2],
+        observation["device_features"], device_mask)
   node_mask = tf.cast(observation["node_mask"], tf.bool)
   return _group_mean(push, observation["group_ids"], node_mask, num_groups)
 

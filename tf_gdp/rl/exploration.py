@@ -47,11 +47,12 @@ REFLOOR_AFTER = 20
 # per group, as a fraction of the uniform distribution's (see
 # `entropy_floor_scale`).
 ENTROPY_FLOOR = 0.25
-# The sample of each PARTITION_PERIOD rows (PARTITION_ROW of them: the
-# second unpushed sample, row 2) that leans towards the balanced cut of
-# the graph instead of the policy's own draw (`policy.network` module doc).
-PARTITION_PERIOD = 16
-PARTITION_ROW = 2
+# The sample of each PUSH_PERIOD rows that leans towards each placement
+# push (`policy.push_placements.PUSHES`) instead of the policy's own draw
+# (`policy.network` module doc): rows 2 and 4, the second and third
+# unpushed samples.
+PUSH_PERIOD = 16
+PUSH_ROWS = (2, 4)
 # Each sample's random numbers are drawn as a block of this many columns per
 # device before the EXPLORATION_SIZE that are kept. The block fixes which
 # numbers a seed gives each push, so the published runs' seeds reproduce.
@@ -74,19 +75,18 @@ def exploration_noise(shape, seed, pipeline: float) -> tf.Tensor:
   uniform(-0.5, 0.5) slots (`features.PIPELINE_SHIFT_COLUMN`), trying a
   neighbouring split of the stages over the devices.
 
-  The partition column (`features.PARTITION_NOISE_COLUMN`): the same kind
-  of gain, in row PARTITION_ROW of every PARTITION_PERIOD (one of zero-shot's
-  16 samples, unpushed before), never with a shift. Its numbers come from
-  their own seed, so every other sample's noise is what it was before the
-  column existed.
+  The placement columns (`features.PLACEMENT_NOISE_COLUMN` + p for push
+  p): the same kind of gain, in row PUSH_ROWS[p] of every PUSH_PERIOD (one
+  of zero-shot's 16 samples each, unpushed otherwise), never with a shift.
+  Each push's numbers come from their own seed, so the other samples' noise
+  does not depend on how many pushes there are.
   """
   first = features.PIPELINE_NOISE_COLUMN
   rules = features.NUM_STAGE_RULES
-  partition = features.PARTITION_NOISE_COLUMN
+  placed = features.PLACEMENT_NOISE_COLUMN
   shape = tf.convert_to_tensor(shape, tf.int32)
-  drawn = tf.concat([shape[:-1], [partition + _UNKEPT_COLUMNS]], 0)
+  drawn = tf.concat([shape[:-1], [placed + _UNKEPT_COLUMNS]], 0)
   shift_seed = tf.random.experimental.stateless_fold_in(seed, 1)
-  partition_seed = tf.random.experimental.stateless_fold_in(seed, 2)
   column = tf.range(features.EXPLORATION_SIZE)
   is_shift = column == features.PIPELINE_SHIFT_COLUMN
   is_gain = (column >= first) & (column < features.PIPELINE_SHIFT_COLUMN)
@@ -95,20 +95,24 @@ def exploration_noise(shape, seed, pipeline: float) -> tf.Tensor:
   # The gain column each row pushes along; -1 (none) for even rows.
   pushed = tf.where(odd, first + (row // 2) % rules, -1)
   shifted = odd & ((row // 2) // rules % 2 == 1)
-  partitioned = row % PARTITION_PERIOD == PARTITION_ROW
   keep = ((column[None, :] == pushed[:, None]) |
-          (is_shift[None, :] & shifted[:, None]) |
-          ((column[None, :] == partition) & partitioned[:, None]))
-  is_gain |= column == partition
+          (is_shift[None, :] & shifted[:, None]))
+  is_gain |= column >= placed
+  noise = tf.random.stateless_normal(drawn, seed=seed)[..., _UNKEPT_COLUMNS:]
+  for p, push_row in enumerate(PUSH_ROWS):
+    keep |= ((column[None, :] == placed + p) &
+             (row % PUSH_PERIOD == push_row)[:, None])
+    # Push p's gains, from seed fold_in(seed, 2 + p).
+    gain = tf.random.stateless_normal(
+        tf.concat([shape[:-1], [1]], 0),
+        seed=tf.random.experimental.stateless_fold_in(seed, 2 + p))
+    noise = tf.concat([noise, gain], -1)
   scales = tf.where(is_gain, tf.cast(pipeline, tf.float32),
                     tf.cast(pipeline > 0, tf.float32))
-  noise = tf.random.stateless_normal(drawn, seed=seed)[..., _UNKEPT_COLUMNS:]
-  partition_gain = tf.random.stateless_normal(
-      tf.concat([shape[:-1], [1]], 0), seed=partition_seed)
-  noise = tf.concat([noise, partition_gain], -1)
   uniform = tf.random.stateless_uniform(
       drawn, seed=shift_seed)[..., _UNKEPT_COLUMNS:] - 0.5
-  uniform = tf.concat([uniform, tf.zeros_like(partition_gain)], -1)
+  uniform = tf.concat(
+      [uniform, tf.zeros_like(noise[..., placed:])], -1)
   noise = tf.where(is_gain, 0.5 + tf.abs(noise), uniform)
   return noise * scales * tf.cast(keep, tf.float32)[:, None, :]
 
@@ -183,12 +187,11 @@ def policy_logits(policy, observation) -> tf.Tensor:
 
 def pushed_samples(noise) -> tf.Tensor:
   """bool[S]: which of S samples' noise [S, D, EXPLORATION_SIZE] carries a
-  push (a non-zero gain on some stage rule or on the partition)."""
+  push (a non-zero gain on some stage rule or placement push)."""
   first = features.PIPELINE_NOISE_COLUMN
   gains = tf.concat([
       noise[:, :, first:first + features.NUM_STAGE_RULES],
-      noise[:, :, features.PARTITION_NOISE_COLUMN:
-            features.PARTITION_NOISE_COLUMN + 1]], -1)
+      noise[:, :, features.PLACEMENT_NOISE_COLUMN:]], -1)
   return tf.reduce_any(tf.not_equal(gains, 0.0), axis=[1, 2])
 
 
