@@ -455,3 +455,30 @@ def test_video_classifier_convolves_each_frame_then_each_pixel_over_time():
   assert last == [(1, 1, 1, 1, 512)]
   logits = [s for n, s in shapes.items() if n.endswith("logits/BiasAdd")]
   assert logits == [(1, 5)]
+
+
+def test_pointnet_transforms_the_cloud_then_labels_each_point():
+  model = _variant("tiny_pointnet", families.POINTNET, points=16, batch=2,
+                   segment=True, classes=5)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  shapes = {names[i]: graph.output_shapes[i][0]
+            for i in range(graph.num_nodes) if graph.output_shapes[i]}
+  # The two T-Nets' matrices, 3x3 and 64x64, multiply the points.
+  applied = sorted(s for n, s in shapes.items()
+                   if n.endswith("transform/apply/MatMul"))
+  assert applied == [(2, 16, 3), (2, 16, 64)]
+  squares = sorted(s for n, s in shapes.items()
+                   if n.endswith("transform/square/Reshape")
+                   and "gradient" not in n)
+  assert squares == [(2, 3, 3), (2, 64, 64)]
+  # Each point carries its own 64 features and the 1024-wide global one.
+  joined = [s for n, s in shapes.items()
+            if n.endswith("point_and_global/concat")]
+  assert joined == [(2, 16, 64 + 1024)]
+  logits = [s for n, s in shapes.items() if n.endswith("point_logits/BiasAdd")]
+  assert logits == [(2, 16, 5)]
+  # The orthogonality penalty: the feature transform's gram matrix.
+  grams = [shapes[n] for i, n in enumerate(names)
+           if types_[i] == "BatchMatMulV2" and "/" not in n]
+  assert grams == [(2, 64, 64)]

@@ -11,10 +11,10 @@ Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
-CLIP-style dual encoder, a Perceiver and an R(2+1)D video classifier written
-with tf_keras layers (`transformers`, `recurrent`, `vision_models`,
-`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`,
-`perceiver`, `video`), Keras 3
+CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier and
+PointNet written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
+`dual_encoder`, `perceiver`, `video`, `pointnet`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -29,11 +29,11 @@ SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
- DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO) = (
+ DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
-     "perceiver", "zoo", "generated", "tagger", "video")
+     "perceiver", "zoo", "generated", "tagger", "video", "pointnet")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +106,16 @@ def _video_classifiers(sizes):
       (f"r2plus1d_k{blocks}_t{frames}_i{image}_b{batch}",
        dict(blocks=blocks, frames=frames, image_size=image, batch=batch))
       for blocks, frames, image, batch in sizes])
+
+
+def _point_clouds(sizes):
+  """(task, points, batch) per variant; task "cls" (40 classes per cloud)
+  or "seg" (50 part labels per point)."""
+  return _variants("pointnet", POINTNET, [
+      (f"pointnet_{task}_n{points}_b{batch}",
+       dict(points=points, batch=batch, segment=task == "seg",
+            classes=50 if task == "seg" else 40))
+      for task, points, batch in sizes])
 
 
 def _gans(sizes):
@@ -227,6 +237,9 @@ DUAL_ENCODER_SIZES = ((6, 6, 512, 64, 64), (12, 12, 768, 77, 32),
                       (12, 12, 768, 77, 96), (8, 6, 512, 77, 256))
 PERCEIVER_SIZES = ((128, 512, 4, 2, 32), (256, 768, 6, 2, 24),
                    (256, 768, 6, 2, 64), (256, 1024, 6, 4, 40))
+# Point clouds: (task, points, batch), by one-device peak memory only.
+POINTNET_SIZES = (("cls", 1024, 32), ("cls", 2048, 128), ("seg", 2048, 32),
+                  ("seg", 4096, 96))
 
 
 def _zoo(family, items):
@@ -397,6 +410,11 @@ _FAMILIES = (
            "(corpus.video)",
            _video_classifiers([(1, 8, 112, 8), (2, 16, 112, 16),
                                (2, 16, 160, 16)])),
+    Family("pointnet", EVAL, "PointNet point-cloud classifier and part "
+           "segmenter: shared per-point MLPs behind learned 3x3 and 64x64 "
+           "transforms, a max over the points, an orthogonality penalty, "
+           "Adam (corpus.pointnet)",
+           _point_clouds(POINTNET_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

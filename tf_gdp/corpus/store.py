@@ -120,6 +120,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import keras3_models
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import perceiver
+  from tf_gdp.corpus import pointnet
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
   from tf_gdp.corpus import speech
@@ -153,6 +154,7 @@ def _extract(variant: families.Variant):
       families.DUAL_ENCODER: lambda: dual_encoder.contrastive_model(**args),
       families.PERCEIVER: lambda: perceiver.classifier(**args),
       families.VIDEO: lambda: video.r2plus1d(**args),
+      families.POINTNET: lambda: pointnet.pointnet(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
