@@ -230,3 +230,20 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   # One primary device: nothing to cut.
   alone = features.policy_inputs(graph, _topo(("GPU", "CPU")))
   assert not alone.placement_features[:, :2].any()
+
+
+def test_a_placement_that_does_not_exist_pushes_no_op():
+  # One op needs more memory than any device has: m-ETF finds no room, so
+  # its push is absent (flag 0) while the cut still splits the chain.
+  graph = op_graph.OpGraph.build(
+      name="too_big", node_names=["a", "b", "c", "d"], op_types=["MatMul"] * 4,
+      costs={"GPU": [5.0] * 4}, output_bytes=[1000] * 4,
+      memory_bytes=[0, 40 * GIB, 0, 0], edge_src=[0, 1, 2], edge_dst=[1, 2, 3],
+      edge_bytes=[1000] * 3)
+  topology = _topo()
+  with pytest.raises(errors.InputError):
+    m_etf.place(graph, topology)
+  inputs = features.policy_inputs(graph, topology)
+  placed = inputs.placement_features[:inputs.num_nodes]
+  assert not placed[:, 2:].any()
+  assert placed[:, 1].all()
