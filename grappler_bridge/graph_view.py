@@ -150,6 +150,21 @@ def sinks(nodes) -> List[str]:
   return [node.name for node in nodes if node.name not in consumed]
 
 
+def needed_by(nodes, fetches: Sequence[str]) -> set:
+  """Names of the nodes a run of `fetches` executes: the fetches and every
+  node they reach through data or control inputs."""
+  inputs = {node.name: node.input for node in nodes}
+  needed, stack = set(), [input_name(name) for name in fetches
+                          if input_name(name) in inputs]
+  while stack:
+    name = stack.pop()
+    if name in needed:
+      continue
+    needed.add(name)
+    stack.extend(input_name(i) for i in inputs[name])
+  return needed
+
+
 def is_resource_placeholder(node) -> bool:
   return node.op == "Placeholder" and (
       node.attr["dtype"].type == types_pb2.DT_RESOURCE)

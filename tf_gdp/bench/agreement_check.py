@@ -323,10 +323,7 @@ def format_table(result: dict) -> str:
 
 def main(argv):
   del argv
-  unknown = sorted(set(_GRAPHS.value) - set(bench_graphs.BUILDERS))
-  if unknown:
-    sys.exit(f"error: unknown graph(s) {unknown}; known: "
-             f"{sorted(bench_graphs.BUILDERS)}")
+  bench_graphs.check_built(_GRAPHS.value)
   result = run(_GRAPHS.value, repeats=_REPEATS.value, warmup=_WARMUP.value,
                rounds=_ROUNDS.value, aggregate=_AGGREGATE.value,
                num_random=_RANDOM.value,

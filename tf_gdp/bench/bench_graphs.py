@@ -38,6 +38,15 @@ class BuiltGraph:
                                             devices=devices), extracted)
 
 
+def check_built(names) -> None:
+  """Exits with one line if a name is no step `BUILDERS` builds (for checks
+  that run built steps only)."""
+  unknown = sorted(set(names) - set(BUILDERS))
+  if unknown:
+    raise SystemExit(f"error: unknown graph(s) {unknown}; known: "
+                     f"{sorted(BUILDERS)}")
+
+
 def parse(spec: str) -> List[object]:
   """The graphs of `spec`: its `GraphSpec`s, then its `BuiltGraph`s.
 
