@@ -622,3 +622,37 @@ def test_self_imitation_is_for_single_graph_runs_only():
   assert not off._imitates
   with pytest.raises(errors.InputError, match="self_imitation"):
     train_config.TrainConfig(self_imitation=-1.0)
+
+
+def test_patience_stops_a_run_whose_best_stops_improving():
+  """Two chains on two GPUs have few placements: the best is found early, and
+  a patient budget stops long before its iteration limit; without patience
+  the same run uses every iteration."""
+  def run(patience):
+    task = placement_task.PlacementTask(two_chains(), gpus())
+    env = environment.PlacementEnv([task])
+    config = train_config.TrainConfig(
+        samples_per_graph=4, graphs_per_iteration=1, log_every_seconds=1e9,
+        checkpoint_every_seconds=1e9, evaluate_greedy=False)
+    lines = []
+    trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"),
+                                  config=config, log=lines.append)
+    return trainer.run(train_config.Budget(iterations=30,
+                                           patience=patience)), lines
+
+  patient, lines = run(patience=8)
+  assert patient.iterations < 30
+  assert any("did not improve in 8 evaluations" in line for line in lines)
+  # It stopped at the first iteration 8 evaluations past the last gain.
+  best, gained = float("inf"), None
+  for stats in patient.history:
+    if stats["best_ratio"] < best * (1 - train_config.PATIENCE_GAIN):
+      best, gained = stats["best_ratio"], stats["evaluations"]
+  assert patient.history[-1]["evaluations"] - gained >= 8
+  assert patient.history[-2]["evaluations"] - gained < 8
+  assert run(patience=None)[0].iterations == 30
+
+
+def test_a_budget_refuses_patience_below_one_evaluation():
+  with pytest.raises(errors.InputError, match="patience"):
+    train_config.Budget(iterations=3, patience=0)

@@ -93,7 +93,8 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
     tuned = workflows.finetune(
         policy_path, task, budget=train_config.Budget(
             seconds=polish.ppo_share(budget_seconds or None, share),
-            evaluations=polish.ppo_share(budget_evaluations or None, share)),
+            evaluations=polish.ppo_share(budget_evaluations or None, share),
+            patience=polish.patience(None) if share else None),
         config=config, log=log or (lambda line: None))
     best = tuned.best[task.name]
     evaluations += tuned.evaluations

@@ -153,12 +153,13 @@ def reference_evaluations(one_shot) -> int:
 def gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
             seed: int, reference_evaluations: int, best_us: float,
             log=lambda line: None, method: str = "gdp",
-            polish_share: Optional[float] = None) -> dict:
+            polish_share: Optional[float] = None,
+            ppo_patience: Optional[int] = None) -> dict:
   """Zero-shot (`shot`, reused at every budget) + fine-tuning within N.
 
   A budget that leaves no whole fine-tuning iteration gives the zero-shot
-  placement alone (no reference is charged then). `polish_share`: as
-  `gdp_search.run` (None: `rl.polish.POLISH_SHARE`).
+  placement alone (no reference is charged then). `polish_share` and
+  `ppo_patience`: as `gdp_search.run` (None: `rl.polish`'s).
   """
   from tf_gdp.bench import gdp_search  # pylint: disable=g-import-not-at-top
   left = budget - shot.evaluations - reference_evaluations
@@ -167,7 +168,7 @@ def gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
       policy, task, samples=samples, seed=seed,
       finetune_evaluations=max(left, 0),
       reference_evaluations=reference_evaluations, shot=shot,
-      polish_share=polish_share, log=log)
+      polish_share=polish_share, ppo_patience=ppo_patience, log=log)
   seconds = shot.seconds + time.perf_counter() - started
   return search_row(
       method, budget, loaded, task.topology, found.placement,

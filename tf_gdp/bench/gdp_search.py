@@ -81,7 +81,8 @@ def iteration_evaluations(config: train_config.TrainConfig) -> int:
 
 def finetune_budget(config: train_config.TrainConfig, *,
                     seconds: Optional[float] = None,
-                    evaluations: Optional[int] = None
+                    evaluations: Optional[int] = None,
+                    patience: Optional[int] = None
                     ) -> Optional[train_config.Budget]:
   """The fine-tuning budget, or None for none (module doc).
 
@@ -96,9 +97,11 @@ def finetune_budget(config: train_config.TrainConfig, *,
     raise errors.InputError("fine-tuning budgets must be >= 0")
   if evaluations is not None:
     iterations = int(evaluations) // iteration_evaluations(config)
-    return train_config.Budget(evaluations=int(evaluations),
-                               iterations=iterations) if iterations else None
-  return train_config.Budget(seconds=float(seconds)) if seconds else None
+    return train_config.Budget(
+        evaluations=int(evaluations), iterations=iterations,
+        patience=patience) if iterations else None
+  return train_config.Budget(seconds=float(seconds),
+                             patience=patience) if seconds else None
 
 
 def shot_curve(shot: zero_shot.ZeroShotResult) -> list:
@@ -116,14 +119,19 @@ def run(policy: str, task: placement_task.PlacementTask, *, samples: int,
         reference_evaluations: int = 0,
         shot: Optional[zero_shot.ZeroShotResult] = None,
         polish_share: Optional[float] = None,
+        ppo_patience: Optional[int] = None,
         log: Callable[[str], None] = lambda line: None) -> GdpRun:
-  """Zero-shot (or the given `shot`), then fine-tuning (module doc)."""
+  """Zero-shot (or the given `shot`), then fine-tuning (module doc).
+
+  `polish_share` and `ppo_patience` (0: none) default to `rl.polish`'s.
+  """
   config = train_settings(samples, seed)
   if polish_share is None:
     polish_share = polish_lib.POLISH_SHARE
   budget = finetune_budget(
       config, seconds=polish_lib.ppo_share(finetune_seconds, polish_share),
-      evaluations=polish_lib.ppo_share(finetune_evaluations, polish_share))
+      evaluations=polish_lib.ppo_share(finetune_evaluations, polish_share),
+      patience=polish_lib.patience(ppo_patience) if polish_share else None)
   if shot is None:
     shot = zero_shot.zeroshot(policy, task, samples=samples, seed=seed)
   curve = shot_curve(shot)

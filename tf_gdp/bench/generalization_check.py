@@ -88,12 +88,13 @@ def check_graph(loaded, label: str, devices: str, *,
                 seed: int,
                 methods: Sequence[str] = budget_check.ONE_SHOT_METHODS,
                 polish_share: Optional[float] = None,
+                ppo_patience: Optional[int] = None,
                 log=harness.stderr_progress) -> dict:
   """Every policy and local_search on one graph and topology (module doc).
 
   `policies` maps a name to a saved policy (`policy_controls.prepare`);
   `methods` are the one-shot baselines the ratios are to; `polish_share`
-  is fine-tuning's (`gdp_search.run`).
+  and `ppo_patience` are fine-tuning's (`gdp_search.run`).
   """
   # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import placement_task
@@ -124,7 +125,8 @@ def check_graph(loaded, label: str, devices: str, *,
       row = budget_check.gdp_row(
           loaded, task, shot, n, policy=path, samples=samples, seed=seed,
           reference_evaluations=reference, best_us=best_us, log=log,
-          method=method, polish_share=polish_share)
+          method=method, polish_share=polish_share,
+          ppo_patience=ppo_patience)
       budget_check.log_row(log, f"{label} / {name}", row)
       return row
 
@@ -307,6 +309,7 @@ def run(sources, device_list: Sequence[str], names: Sequence[str], *,
         pretrained: str, budget: int, samples: int, seed: int,
         methods: Sequence[str] = budget_check.ONE_SHOT_METHODS,
         polish_share: Optional[float] = None,
+        ppo_patience: Optional[int] = None,
         log=harness.stderr_progress) -> list:
   """Every graph of `sources` on every topology (module doc); its results.
 
@@ -330,7 +333,7 @@ def run(sources, device_list: Sequence[str], names: Sequence[str], *,
         results.append(check_graph(
             loaded, source.label, devices, policies=policies, budget=budget,
             samples=samples, seed=seed, methods=methods,
-            polish_share=polish_share, log=log))
+            polish_share=polish_share, ppo_patience=ppo_patience, log=log))
   return results
 
 
@@ -348,12 +351,14 @@ def main(argv):
   results = run(sources, device_list, names,
                 pretrained=_POLICY.value or gdp_method.PRETRAINED_POLICY,
                 budget=_BUDGET.value, samples=_SAMPLES.value, seed=_SEED.value,
-                polish_share=_POLISH_SHARE.value)
+                polish_share=_POLISH_SHARE.value,
+                ppo_patience=_PPO_PATIENCE.value)
   print(format_table(results))
   write_results(results, {
       "graphs": _GRAPHS.value, "devices": device_list, "policies": names,
       "budget": _BUDGET.value, "samples": _SAMPLES.value, "seed": _SEED.value,
       "polish_share": _POLISH_SHARE.value,
+      "ppo_patience": _PPO_PATIENCE.value,
       "policy": _POLICY.value or "shipped"}, started, _JSON_OUT.value)
 
 
@@ -393,6 +398,10 @@ if __name__ == "__main__":
       "polish_share", None, "Share of fine-tuning's budget spent on local "
       "moves after PPO (default: rl.polish.POLISH_SHARE); 0: PPO alone.",
       lower_bound=0.0, upper_bound=0.95)
+  _PPO_PATIENCE = flags.DEFINE_integer(
+      "ppo_patience", None, "Evaluations without a better placement after "
+      "which PPO hands over to the polish (default: rl.polish.PPO_PATIENCE); "
+      "0: never.", lower_bound=0)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   flags.register_validator("policies", _validator(policy_controls.parse))
   flags.register_validator("devices", _validator(parse_devices))

@@ -7,7 +7,9 @@ rare. Local moves are the opposite. So a fine-tuning budget is split: the
 first share goes to PPO, the last `POLISH_SHARE` to `local_search.climb`
 from the best placement zero-shot and PPO found (its moves and annealing,
 cooling over the polish's own evaluations). With a seconds budget the polish
-is a pure hill climb (no evaluation count to cool over).
+is a pure hill climb (no evaluation count to cool over). PPO hands over
+early when it stops finding better placements (`PPO_PATIENCE`), and the
+polish gets what PPO left.
 """
 
 from typing import Optional
@@ -18,6 +20,16 @@ from tf_gdp.baselines import local_search
 
 # The share of a fine-tuning budget spent on local moves after PPO.
 POLISH_SHARE = 0.5
+# PPO hands over to the polish early when its best placement has not improved
+# (`train_config.PATIENCE_GAIN`) in this many evaluations; None: never.
+PPO_PATIENCE = None
+
+
+def patience(value: Optional[int]) -> Optional[int]:
+  """PPO's patience in evaluations: `value`, None for the default, 0 for off."""
+  if value is None:
+    return PPO_PATIENCE
+  return int(value) or None
 
 
 def ppo_share(total: Optional[float], share: float = POLISH_SHARE):

@@ -51,12 +51,22 @@ class PpoConfig:
       raise errors.InputError("learning_rate must be > 0 and num_epochs >= 1")
 
 
+# The relative gain of the best placement that resets a budget's patience.
+PATIENCE_GAIN = 1e-3
+
+
 @dataclasses.dataclass
 class Budget:
-  """When to stop: the first limit reached (None = no limit)."""
+  """When to stop: the first limit reached (None = no limit).
+
+  `patience` stops a single-graph run early: when its best placement has not
+  improved by `PATIENCE_GAIN` within that many evaluations, the rest of the
+  budget is better spent elsewhere (fine-tuning's polish, `rl.polish`).
+  """
   evaluations: Optional[int] = None
   seconds: Optional[float] = None
   iterations: Optional[int] = None
+  patience: Optional[int] = None
 
   def __post_init__(self):
     if self.evaluations is None and self.seconds is None and (
@@ -71,6 +81,9 @@ class Budget:
     if self.iterations is not None and self.iterations < 0:
       raise errors.InputError(
           f"budget iterations must be >= 0, got {self.iterations}")
+    if self.patience is not None and self.patience < 1:
+      raise errors.InputError(
+          f"budget patience must be >= 1 evaluation, got {self.patience}")
 
   def exhausted(self, evaluations: int, seconds: float,
                 iterations: int) -> bool:

@@ -364,6 +364,8 @@ class Trainer:
     for i in range(self.env.num_tasks):  # references before the clock matters
       self.env.reference(i)
     stalled = unpaid = 0
+    patience = _Patience(budget.patience if self.env.num_tasks == 1 else None,
+                         int(self.env.evaluations))
     while not budget.exhausted(int(self.env.evaluations), elapsed(),
                                int(self.iteration.numpy())):
       stats = self.run_iteration()
@@ -403,6 +405,10 @@ class Trainer:
             stats["evaluations"], stats["seconds"], stats["iteration"], rate)))
         last_log = now
         logged = stats["iteration"]
+      if patience.lost(stats["best_ratio"], stats["evaluations"]):
+        self._log(f"the best placement did not improve in {budget.patience} "
+                  "evaluations: stopping early")
+        break
     self.seconds.assign(elapsed())
     self.save()
     self._log_pictures(int(self.iteration.numpy()))
@@ -467,3 +473,19 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
   return f"{secs}s"
 
+
+class _Patience:
+  """Counts evaluations since the best ratio last improved (`Budget.patience`)."""
+
+  def __init__(self, patience: Optional[int], evaluations: int):
+    self.patience = patience
+    self.best = math.inf
+    self.since = evaluations
+
+  def lost(self, best_ratio: float, evaluations: int) -> bool:
+    """Whether `patience` evaluations passed without a gain; notes a gain."""
+    if not self.patience:
+      return False
+    if best_ratio < self.best * (1.0 - train_config.PATIENCE_GAIN):
+      self.best, self.since = best_ratio, evaluations
+    return evaluations - self.since >= self.patience
