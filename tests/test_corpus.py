@@ -482,3 +482,51 @@ def test_pointnet_transforms_the_cloud_then_labels_each_point():
   grams = [shapes[n] for i, n in enumerate(names)
            if types_[i] == "BatchMatMulV2" and "/" not in n]
   assert grams == [(2, 64, 64)]
+
+
+def test_swin_attends_in_shifted_windows_and_merges_patches():
+  model = _variant("tiny_swin", families.SWIN, image_size=64, embed_dim=16,
+                   depths=(2, 2), heads=(2, 4), window=4, batch=2, classes=5)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  shapes = {names[i]: graph.output_shapes[i][0]
+            for i in range(graph.num_nodes) if graph.output_shapes[i]}
+  forward = {n: s for n, s in shapes.items() if "gradient" not in n}
+  # 4x4 patches: a 16x16 map of 16 channels, then 8x8 of 32.
+  assert [s for n, s in forward.items()
+          if n.endswith("patch_embedding/projection/BiasAdd")] == [
+              (2, 16, 16, 16)]
+  # Each block's windows: 16 then 4 windows of 4x4 patches per image.
+  windows = sorted((n.split("/partition")[0].split("/", 1)[-1], s)
+                   for n, s in forward.items()
+                   if n.endswith("/partition/Reshape_1"))
+  assert windows == [("stage1/block0", (32, 16, 16)),
+                     ("stage1/block1", (32, 16, 16)),
+                     ("stage2/block0", (8, 16, 32)),
+                     ("stage2/block1", (8, 16, 32))]
+  # Attention logits per window and head, with a relative position bias
+  # gathered from a (2*4-1)^2-row table.
+  softmax = sorted(s for n, s in forward.items()
+                   if types_[names.index(n)] == "Softmax"
+                   and "/attention/" in n)
+  assert softmax == [(8, 4, 16, 16), (8, 4, 16, 16), (32, 2, 16, 16),
+                     (32, 2, 16, 16)]
+  gathers = sorted(s for n, s in forward.items()
+                   if "/attention/" in n and types_[names.index(n)]
+                   in ("GatherV2", "ResourceGather"))
+  assert gathers == [(256, 2)] * 2 + [(256, 4)] * 2
+  # Only the odd blocks roll by half a window (-2 there, +2 back).
+  rolls = sorted(n.split("/Roll")[0].split("/", 1)[-1]
+                 for i, n in enumerate(names)
+                 if types_[i] == "Roll" and "gradient" not in n)
+  assert rolls == ["stage1/block1/shift", "stage1/block1/unshift",
+                   "stage2/block1/shift", "stage2/block1/unshift"]
+  # Patch merging: four neighbours side by side, then half of that width.
+  assert [s for n, s in forward.items()
+          if n.endswith("stage2/merge/neighbours/concat")] == [(2, 8, 8, 64)]
+  merged = [s for n, s in forward.items()
+            if "stage2/merge/reduce" in n and types_[names.index(n)]
+            in ("MatMul", "Reshape") and len(s) == 4]
+  assert merged == [(2, 8, 8, 32)]
+  logits = [s for n, s in forward.items() if n.endswith("logits/BiasAdd")]
+  assert logits == [(2, 5)]

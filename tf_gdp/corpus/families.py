@@ -11,10 +11,11 @@ Sources: `tf_keras.applications` (`training_steps.keras_application`),
 transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
-CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier and
-PointNet written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
-`dual_encoder`, `perceiver`, `video`, `pointnet`), Keras 3
+CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
+PointNet and a Swin Transformer written with tf_keras layers
+(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
+`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
+`pointnet`, `swin`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -29,11 +30,12 @@ SPLITS = (TRAIN, EVAL)
 # How a variant is built: the builder that takes its `args`.
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
- DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET) = (
+ DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
+ SWIN) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
-     "perceiver", "zoo", "generated", "tagger", "video", "pointnet")
+     "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +118,16 @@ def _point_clouds(sizes):
        dict(points=points, batch=batch, segment=task == "seg",
             classes=50 if task == "seg" else 40))
       for task, points, batch in sizes])
+
+
+def _swins(sizes):
+  """(embed dim, depths per stage, heads per stage, image size, batch) per
+  variant; 4x4 patches, 7x7 windows, 1000 classes."""
+  return _variants("swin", SWIN, [
+      (f"swin_c{embed}_d{sum(depths)}_i{image}_b{batch}",
+       dict(image_size=image, embed_dim=embed, depths=depths, heads=heads,
+            window=7, batch=batch))
+      for embed, depths, heads, image, batch in sizes])
 
 
 def _gans(sizes):
@@ -240,6 +252,12 @@ PERCEIVER_SIZES = ((128, 512, 4, 2, 32), (256, 768, 6, 2, 24),
 # Point clouds: (task, points, batch), by one-device peak memory only.
 POINTNET_SIZES = (("cls", 1024, 32), ("cls", 2048, 128), ("seg", 2048, 32),
                   ("seg", 4096, 96))
+# Swin: (embed dim, depths, heads, image size, batch), by one-device peak
+# memory only.
+SWIN_SIZES = ((96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 16),
+              (96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 64),
+              (96, (2, 2, 18, 2), (3, 6, 12, 24), 224, 32),
+              (128, (2, 2, 18, 2), (4, 8, 16, 32), 224, 64))
 
 
 def _zoo(family, items):
@@ -415,6 +433,11 @@ _FAMILIES = (
            "transforms, a max over the points, an orthogonality penalty, "
            "Adam (corpus.pointnet)",
            _point_clouds(POINTNET_SIZES)),
+    Family("swin", EVAL, "Swin Transformer image classifier: four stages "
+           "of window attention with relative position biases, every other "
+           "block on windows shifted by tf.roll with a mask, patch merging "
+           "between stages, Adam (corpus.swin)",
+           _swins(SWIN_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

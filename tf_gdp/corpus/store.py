@@ -124,6 +124,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
   from tf_gdp.corpus import speech
+  from tf_gdp.corpus import swin
   from tf_gdp.corpus import training_steps
   from tf_gdp.corpus import transformers
   from tf_gdp.corpus import video
@@ -155,6 +156,7 @@ def _extract(variant: families.Variant):
       families.PERCEIVER: lambda: perceiver.classifier(**args),
       families.VIDEO: lambda: video.r2plus1d(**args),
       families.POINTNET: lambda: pointnet.pointnet(**args),
+      families.SWIN: lambda: swin.swin(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
