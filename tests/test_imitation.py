@@ -351,6 +351,33 @@ def test_zero_ppo_iterations_ship_the_imitated_policy(tasks, tmp_path):
   policy_io.load_policy(os.path.join(out, "policy"))
 
 
+def test_pretrain_can_continue_a_saved_policy(tasks, tmp_path):
+  start = str(tmp_path / "start")
+  _pretrain(tasks, start, 1, 0, [])
+  saved = os.path.join(start, "policy")
+  before = {t.name: zero_shot.zeroshot(saved, t, samples=1).greedy_step_time_us
+            for t in tasks}
+  root = str(tmp_path / "continued")
+  # Zero iterations: the exported policy is the one it started from, whose
+  # architecture wins over the (different) policy_config asked for.
+  workflows.pretrain(
+      tasks, budget=train_config.Budget(iterations=0), root_dir=root,
+      policy_config=dict(TINY_POLICY, placer="transformer_xl"),
+      init_policy=saved)
+  with open(os.path.join(root, policy_io.POLICY_CONFIG_FILE),
+            encoding="utf-8") as f:
+    assert json.load(f)["placer"] == "feedforward"
+  exported = policy_io.load_policy(os.path.join(root, "policy"))
+  for task in tasks:
+    assert zero_shot.zeroshot(exported, task, samples=1).greedy_step_time_us \
+        == pytest.approx(before[task.name])
+  original = policy_io.load_policy(saved)
+  zero_shot.zeroshot(original, tasks[0], samples=1)  # builds (restores) it
+  assert len(exported.weights) == len(original.weights) > 0
+  assert all(np.array_equal(a.numpy(), b.numpy())
+             for a, b in zip(exported.weights, original.weights))
+
+
 def test_a_run_with_a_ppo_checkpoint_does_not_imitate(tasks, tmp_path,
                                                       monkeypatch):
   # The phase reads only the trainer's root, checkpoint manager, env, policy.
@@ -404,7 +431,8 @@ def test_pretrain_command_imitation_flags(tmp_path):
     ("--imitation_keep_best",
      "--imitation_keep_best needs --imitation_validation_graphs"),
     ("--imitation_validation_graphs=corpus:nope",
-     "--imitation_validation_graphs: 'corpus:nope': use corpus:train")])
+     "--imitation_validation_graphs: 'corpus:nope': use corpus:train"),
+    ("--init_policy=/no/such/policy", "no policy at /no/such/policy")])
 def test_pretrain_refuses_bad_validation_flags_before_loading(tmp_path, flag,
                                                              message):
   root = str(tmp_path / "run")

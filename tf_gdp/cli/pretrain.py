@@ -31,6 +31,7 @@ import json
 from absl import flags
 
 from tf_gdp import errors
+from tf_gdp import gdp_method
 from tf_gdp import graph_specs
 from tf_gdp.cli import graph_flags
 from tf_gdp.rl import cli_lib
@@ -100,6 +101,11 @@ _IMITATION_KEEP_BEST = flags.DEFINE_bool(
     "imitation_keep_best", False, "End imitation with the weights whose "
     "greedy placements of the validation graphs were best (needs "
     "--imitation_validation_graphs).")
+_INIT_POLICY = flags.DEFINE_string(
+    "init_policy", None, "Start from this saved policy (a directory as "
+    "`finetune --policy` takes; 'pretrained': the shipped one) instead of "
+    "fresh weights; its architecture replaces --placer, --hidden_size, "
+    "--superposition and --policy_config. A resumed run keeps its own.")
 _SIGNATURE = graph_flags.define_signature(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)
 
@@ -108,6 +114,7 @@ def main(argv):
   cli_lib.quiet_tensorflow_logs()
   del argv
   budget = _TRAINING.budget()
+  init_policy = _init_policy()  # checked before any graph is loaded
   policy_config = {"placer": _PLACER.value,
                    "superposition": _SUPERPOSITION.value,
                    "hidden_size": _HIDDEN_SIZE.value, "seed": _SEED.value}
@@ -145,7 +152,7 @@ def main(argv):
       tasks, budget=budget, root_dir=_ROOT_DIR.value,
       policy_config=policy_config, config=config, env_options=env_options,
       imitation=imitation_config, validation=validation,
-      log=cli_lib.progress)
+      init_policy=init_policy, log=cli_lib.progress)
   cli_lib.print_result(result)
   print(f"policy: {_ROOT_DIR.value}/policy")
 
@@ -164,3 +171,11 @@ def _validation_items():
   except errors.InputError as e:
     raise errors.InputError("--imitation_validation_graphs: " + str(
         e).removeprefix("--graphs: ")) from e
+
+
+def _init_policy():
+  """--init_policy as a checked directory ('pretrained': the shipped one)."""
+  if not _INIT_POLICY.value:
+    return None
+  return gdp_method.check_policy(
+      None if _INIT_POLICY.value == "pretrained" else _INIT_POLICY.value)

@@ -40,9 +40,10 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
              env_options: Optional[dict] = None,
              imitation: Optional[imitation_lib.ImitationConfig] = None,
              validation: Sequence[placement_task.PlacementTask] = (),
+             init_policy: Optional[str] = None,
              log: Optional[Callable[[str], None]] = None
              ) -> train_result.TrainResult:
-  """Trains a fresh policy on many graphs; exports it to `<root_dir>/policy`.
+  """Trains a policy on many graphs; exports it to `<root_dir>/policy`.
 
   Args:
     graphs: PlacementTasks, or OpGraphs placed on each of `topologies`.
@@ -59,6 +60,10 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
       seconds are not PPO's and do not count against the budget.
     validation: tasks the imitation phase judges but never trains on
       (`imitation.imitate`).
+    init_policy: a saved policy to start from instead of fresh weights
+      (continuing a pre-trained policy on more graphs); its architecture
+      replaces `policy_config`. A resumed run ignores it (the checkpoint
+      wins).
     log: progress line sink.
   """
   tasks = []
@@ -70,8 +75,11 @@ def pretrain(graphs: Sequence[Any], topologies: Optional[Sequence[Any]] = None,
   os.makedirs(root_dir, exist_ok=True)
   config_path = os.path.join(root_dir, policy_io.POLICY_CONFIG_FILE)
   if os.path.isfile(config_path):
-    policy_config = policy_io.read_policy_config(config_path)
-  policy = policy_io.build_policy(policy_config)
+    policy = policy_io.build_policy(policy_io.read_policy_config(config_path))
+  elif init_policy:
+    policy = policy_io.load_policy(init_policy)
+  else:
+    policy = policy_io.build_policy(policy_config)
   fileio.write_atomically(
       config_path, json.dumps(policy_io.policy_config_dict(policy), indent=1))
   env = environment.PlacementEnv(tasks, **_env_options(env_options, config))
