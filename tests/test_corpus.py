@@ -14,6 +14,7 @@ from tf_gdp.corpus import families
 from tf_gdp.corpus import graph_sets
 from tf_gdp.corpus import store
 from tf_gdp.corpus import training_steps
+from tf_gdp.graph import scopes
 
 DEVICES = "p100x2"
 
@@ -530,3 +531,64 @@ def test_swin_attends_in_shifted_windows_and_merges_patches():
   assert merged == [(2, 8, 8, 32)]
   logits = [s for n, s in forward.items() if n.endswith("logits/BiasAdd")]
   assert logits == [(2, 5)]
+
+
+def test_conformer_blocks_attend_and_convolve_and_train_by_ctc():
+  model = _variant("tiny_conformer", families.CONFORMER, d_model=8, blocks=2,
+                   heads=2, frames=16, batch=2, features=8, kernel=3,
+                   vocab=5)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  forward = [(n, types_[i], graph.output_shapes[i][0])
+             for i, n in enumerate(names)
+             if graph.output_shapes[i] and "gradient" not in n]
+
+  def per_block(op, module):
+    """(numbered scopes, shape) of each forward `op` inside `module`."""
+    return sorted((tuple(scopes.numbered_scopes(n)), s)
+                  for n, t, s in forward if t == op and f"/{module}/" in n)
+
+  blocks = [("conformer/conformer_block_0",), ("conformer/conformer_block_1",)]
+  # Two stride-2 convolutions: 16 frames of 8 bins -> 4 steps of 2.
+  assert sorted((n, s) for n, t, s in forward if t == "Conv2D"
+                and "/subsampling/" in n) == [
+                    ("conformer/subsampling/conv0/Conv2D", (2, 8, 4, 8)),
+                    ("conformer/subsampling/conv1/Conv2D", (2, 4, 2, 8))]
+  # Per block, the convolution module: a pointwise convolution to twice
+  # the width gated back to it (GLU), then a depthwise convolution along
+  # time whose 3-tap filter gets a gradient.
+  assert per_block("BiasAdd", "convolution/pointwise_in") == [
+      (b, (2, 4, 16)) for b in blocks]
+  assert per_block("Sigmoid", "convolution/glu") == [
+      (b, (2, 4, 8)) for b in blocks]
+  assert per_block("DepthwiseConv2dNative", "convolution/depthwise") == [
+      (b, (2, 1, 4, 8)) for b in blocks]
+  assert sorted((scopes.numbered_scopes(n), graph.output_shapes[i][0])
+                for i, n in enumerate(names)
+                if types_[i] == "DepthwiseConv2dNativeBackpropFilter") == [
+                    ([b[0]], (1, 3, 8, 1)) for b in blocks]
+  # Self-attention per block and head, with a logit per query and offset
+  # (2*4-1 of them) shifted onto the 4 keys.
+  assert per_block("Softmax", "self_attention") == [
+      (b, (2, 2, 4, 4)) for b in blocks]
+  assert per_block("BatchMatMulV2", "self_attention") == sorted(
+      [(b, (2, 2, 4, 4)) for b in blocks] * 2
+      + [(b, (2, 2, 4, 7)) for b in blocks])
+  assert per_block("Pad", "self_attention") == [
+      (b, (2, 2, 4, 8)) for b in blocks]
+  # CTC over 4 steps of 5 units and a blank: its forward-backward scans
+  # are while loops, the first over the 4 steps.
+  assert [s for n, _, s in forward if n == "conformer/ctc_logits/BiasAdd"] == [
+      (2, 4, 6)]
+  loops = [n for n, t in zip(names, types_) if t == "LoopCond"]
+  assert len(loops) == 2 and all(n.startswith("ctc_loss_dense/")
+                                 for n in loops)
+  assert graph.metadata["loop_trips"][0] == 4
+  # Adam updates each of the 74 weights (33 per block, 6 in the front end,
+  # 2 of the logits) and its two slots; batch norm its two moving stats.
+  assert _count(graph, "AssignSubVariableOp") == 74 + 2 * 2
+  assert _count(graph, "AssignVariableOp") == 2 * 74
+  with pytest.raises(ValueError, match="multiple of 4"):
+    store.build_graph(_variant("odd", families.CONFORMER, d_model=8,
+                               blocks=1, heads=2, frames=18, batch=1),
+                      DEVICES)

@@ -12,10 +12,10 @@ transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
-PointNet and a Swin Transformer written with tf_keras layers
-(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
-`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
-`pointnet`, `swin`), Keras 3
+PointNet, a Swin Transformer and a Conformer speech recognizer written with
+tf_keras layers (`transformers`, `recurrent`, `vision_models`,
+`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`,
+`perceiver`, `video`, `pointnet`, `swin`, `conformer`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -31,11 +31,12 @@ SPLITS = (TRAIN, EVAL)
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
- SWIN) = (
+ SWIN, CONFORMER) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
-     "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin")
+     "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
+     "conformer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +129,16 @@ def _swins(sizes):
        dict(image_size=image, embed_dim=embed, depths=depths, heads=heads,
             window=7, batch=batch))
       for embed, depths, heads, image, batch in sizes])
+
+
+def _conformers(sizes):
+  """(model width, blocks, heads, frames, batch) per variant; 80 log-mel
+  bins, depthwise kernel 31, 256 subword units and a blank."""
+  return _variants("conformer", CONFORMER, [
+      (f"conformer_d{width}_l{blocks}_f{frames}_b{batch}",
+       dict(d_model=width, blocks=blocks, heads=heads, frames=frames,
+            batch=batch))
+      for width, blocks, heads, frames, batch in sizes])
 
 
 def _gans(sizes):
@@ -258,6 +269,10 @@ SWIN_SIZES = ((96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 16),
               (96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 64),
               (96, (2, 2, 18, 2), (3, 6, 12, 24), 224, 32),
               (128, (2, 2, 18, 2), (4, 8, 16, 32), 224, 64))
+# Conformer: (model width, blocks, heads, frames, batch), by one-device peak
+# memory only.
+CONFORMER_SIZES = ((144, 10, 4, 800, 32), (256, 12, 4, 800, 32),
+                   (256, 12, 4, 1000, 48), (512, 13, 8, 1000, 48))
 
 
 def _zoo(family, items):
@@ -438,6 +453,12 @@ _FAMILIES = (
            "block on windows shifted by tf.roll with a mask, patch merging "
            "between stages, Adam (corpus.swin)",
            _swins(SWIN_SIZES)),
+    Family("conformer", EVAL, "Conformer speech recognizer: a strided "
+           "convolutional front end, then blocks of half-step feed-forward, "
+           "self-attention with relative positions, a convolution module "
+           "(GLU, depthwise convolution, batch norm) and half-step "
+           "feed-forward; CTC loss, Adam (corpus.conformer)",
+           _conformers(CONFORMER_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -113,6 +113,7 @@ def _extract(variant: families.Variant):
   # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract
   from tf_gdp import zoo
+  from tf_gdp.corpus import conformer
   from tf_gdp.corpus import detector
   from tf_gdp.corpus import dual_encoder
   from tf_gdp.corpus import gan
@@ -157,6 +158,7 @@ def _extract(variant: families.Variant):
       families.VIDEO: lambda: video.r2plus1d(**args),
       families.POINTNET: lambda: pointnet.pointnet(**args),
       families.SWIN: lambda: swin.swin(**args),
+      families.CONFORMER: lambda: conformer.conformer(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
