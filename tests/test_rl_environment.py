@@ -166,8 +166,11 @@ def test_bad_arguments():
     environment.PlacementEnv([task], backend="guess")
   with pytest.raises(errors.InputError, match="TensorFlow graph"):
     environment.PlacementEnv([task], backend="measure", measure_target="local")
-  with pytest.raises(errors.InputError, match="unique"):
-    environment.PlacementEnv([task, task])
+  other = placement_task.PlacementTask(two_chains(), gpus(), name="other")
+  with pytest.raises(errors.InputError,
+                     match=r"unique; given more than once: \S+ \(") as e:
+    environment.PlacementEnv([task, other, task])
+  assert "other" not in str(e.value)
   with pytest.raises(errors.InputError, match="simulate backend"):
     environment.PlacementEnv([task], backend="mix", measure_target="local",
                              robust_members=3)

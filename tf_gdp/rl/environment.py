@@ -126,8 +126,12 @@ class PlacementEnv(py_environment.PyEnvironment):
                            allow_side_effects=allow_side_effects)
     self._repair = bool(repair_invalid)
     names = [t.name for t in tasks]
-    if len(set(names)) != len(names):
-      raise errors.InputError(f"task names must be unique, got {names}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+      raise errors.InputError(
+          f"task names must be unique; given more than once: "
+          f"{', '.join(repeated)} (the same graph named twice, e.g. a zoo "
+          "model and the corpus variant that is that model)")
     self._tasks = list(tasks)
     self._backend = backend
     self._padding = dict(observations.padding_for(self._tasks),
