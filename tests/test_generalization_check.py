@@ -341,13 +341,15 @@ def _leaves(value):
     yield value
 
 
-def test_a_bad_policies_value_is_one_usage_line():
+@pytest.mark.parametrize("flag", ["--policies=pretrained,bogus",
+                                  "--policy=/bogus/policy"])
+def test_a_bad_policy_flag_is_one_usage_line(flag):
   run = subprocess.run(
-      [sys.executable, "-m", "tf_gdp.bench.generalization_check",
-       "--policies=pretrained,bogus"], capture_output=True, text=True,
-      timeout=300, check=False)
+      [sys.executable, "-m", "tf_gdp.bench.generalization_check", flag],
+      capture_output=True, text=True, timeout=300, check=False)
   assert run.returncode != 0
   mentions = [line for line in run.stderr.splitlines() if "bogus" in line]
-  assert len(mentions) == 1 and "--policies" in mentions[0], run.stderr
+  assert (len(mentions) == 1 and flag.split("=")[0] in mentions[0]
+          ), run.stderr
   assert "Traceback" not in run.stderr
   assert "Generalization" not in run.stderr  # not the whole usage text
