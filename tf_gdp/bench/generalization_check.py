@@ -349,7 +349,7 @@ def main(argv):
   device_list = parse_devices(_DEVICES.value)
   names = policy_controls.parse(_POLICIES.value)
   results = run(sources, device_list, names,
-                pretrained=gdp_method.check_policy(_POLICY.value),
+                pretrained=_POLICY.value or gdp_method.PRETRAINED_POLICY,
                 budget=_BUDGET.value, samples=_SAMPLES.value, seed=_SEED.value,
                 polish_share=_POLISH_SHARE.value,
                 ppo_patience=_PPO_PATIENCE.value)
@@ -405,7 +405,7 @@ if __name__ == "__main__":
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   flags.register_validator("policies", _validator(policy_controls.parse))
   flags.register_validator("devices", _validator(parse_devices))
-  # A named policy is loaded once here, before any graph is built.
+  # A named policy is checked (loaded) here, before any graph is built.
   flags.register_validator("policy", _validator(
       lambda path: path is None or gdp_method.check_policy(path)))
   app.run(main)
