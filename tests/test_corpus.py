@@ -592,3 +592,91 @@ def test_conformer_blocks_attend_and_convolve_and_train_by_ctc():
     store.build_graph(_variant("odd", families.CONFORMER, d_model=8,
                                blocks=1, heads=2, frames=18, batch=1),
                       DEVICES)
+
+
+def test_hrnet_runs_parallel_branches_and_exchanges_them_all_to_all():
+  model = _variant("tiny_hrnet", families.HRNET, width=4, image_size=(64, 32),
+                   batch=2, modules=(1, 2, 1), blocks=1, stem_width=8,
+                   joints=5)
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  forward = {n: (types_[i], graph.output_shapes[i][0])
+             for i, n in enumerate(names)
+             if graph.output_shapes[i] and "gradient" not in n}
+
+  def convs(scope):
+    return sorted((n, s) for n, (t, s) in forward.items()
+                  if t == "Conv2D" and f"/{scope}/" in n)
+
+  # The stem: two stride-2 convolutions, 64x32 -> 16x8.
+  assert convs("stem") == [("hrnet/stem/conv0/Conv2D", (2, 32, 16, 8)),
+                           ("hrnet/stem/conv1/Conv2D", (2, 16, 8, 8))]
+  # Branch k of every module: 16x8 / 2^k, 4 * 2^k channels; 2, 3, 4 of them.
+  resolutions = [(2, 16, 8, 4), (2, 8, 4, 8), (2, 4, 2, 16), (2, 2, 1, 32)]
+  modules = {"stage2/module0": 2, "stage3/module0": 3, "stage3/module1": 3,
+             "stage4/module0": 4}
+  for module, count in modules.items():
+    for k in range(4):
+      shapes = {s for _, s in convs(f"{module}/branch{k}")}
+      assert shapes == ({resolutions[k]} if k < count else set()), (module, k)
+  # The branches of a module are parallel: each reads its own branch of
+  # the module before and none of its siblings.
+  index = graph.node_index
+  inputs = [[] for _ in names]
+  for src, dst in zip(graph.edge_src, graph.edge_dst):
+    inputs[dst].append(src)
+
+  def ancestors(scope):
+    seen = set()
+    todo = [index[n] for n in forward if f"/{scope}/" in n]
+    while todo:
+      for src in inputs[todo.pop()]:
+        if src not in seen:
+          seen.add(src)
+          todo.append(src)
+    return {names[i] for i in seen}
+
+  def reads(above, scope):
+    return any(f"/{scope}/" in n for n in above)
+
+  for k in range(3):
+    above = ancestors(f"stage3/module1/branch{k}")
+    assert reads(above, f"stage3/module0/branch{k}")
+    assert [reads(above, f"stage3/module1/branch{j}") for j in range(3)] == [
+        j == k for j in range(3)]
+  # Exchange: each branch sums all three, the finer one through stride-2
+  # convolutions (one per halving), the coarser through a 1x1 convolution
+  # and an upsampling; every sum reads every branch.
+  fuse = "stage3/module0/fuse"
+  for k in range(3):
+    sums = sorted(s for n, (t, s) in forward.items()
+                  if t == "AddV2" and f"/{fuse}/to{k}/sum/" in n)
+    assert sums == [resolutions[k]] * 2
+    above = ancestors(f"{fuse}/to{k}/relu")
+    assert all(reads(above, f"stage3/module0/branch{j}") for j in range(3))
+  assert convs(f"{fuse}/to2") == [
+      (f"hrnet/{fuse}/to2/from0/down0/Conv2D", (2, 8, 4, 4)),
+      (f"hrnet/{fuse}/to2/from0/down1/Conv2D", (2, 4, 2, 16)),
+      (f"hrnet/{fuse}/to2/from1/down0/Conv2D", (2, 4, 2, 16))]
+  assert sorted((n.split("/fuse/")[1].split("/upsample")[0], s)
+                for n, (t, s) in forward.items()
+                if t == "ResizeNearestNeighbor" and f"/{fuse}/" in n) == [
+                    ("to0/from1", (2, 16, 8, 4)), ("to0/from2", (2, 16, 8, 4)),
+                    ("to1/from2", (2, 8, 4, 8))]
+  # The last module fuses into the finest branch only, read by the head:
+  # a heatmap per keypoint at a quarter of the image.
+  assert {n.split("/fuse/")[1].split("/")[0] for n in forward
+          if "/stage4/module0/fuse/" in n} == {"to0"}
+  assert forward["hrnet/heatmaps/BiasAdd"] == ("BiasAdd", (2, 16, 8, 5))
+  # Every convolution gets a filter gradient; Adam updates each weight (a
+  # kernel and a batch norm's two per convolution, the head's kernel and
+  # bias) and its two slots, and each batch norm assigns its moving stats.
+  conv_count = _count(graph, "Conv2D")
+  assert conv_count == 54 and _count(graph, "FusedBatchNormV3") == 53
+  assert _count(graph, "Conv2DBackpropFilter") == conv_count
+  weights = 3 * 53 + 2
+  assert _count(graph, "AssignSubVariableOp") == weights
+  assert _count(graph, "AssignVariableOp") == 2 * weights + 2 * 53
+  with pytest.raises(ValueError, match="multiples of 32"):
+    store.build_graph(_variant("odd", families.HRNET, width=4,
+                               image_size=(48, 32), batch=1), DEVICES)

@@ -12,10 +12,11 @@ transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
-PointNet, a Swin Transformer and a Conformer speech recognizer written with
-tf_keras layers (`transformers`, `recurrent`, `vision_models`,
-`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`,
-`perceiver`, `video`, `pointnet`, `swin`, `conformer`), Keras 3
+PointNet, a Swin Transformer, a Conformer speech recognizer and an HRNet
+pose estimator written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
+`dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`, `conformer`,
+`hrnet`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -31,12 +32,12 @@ SPLITS = (TRAIN, EVAL)
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
- SWIN, CONFORMER) = (
+ SWIN, CONFORMER, HRNET) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
-     "conformer")
+     "conformer", "hrnet")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +140,15 @@ def _conformers(sizes):
        dict(d_model=width, blocks=blocks, heads=heads, frames=frames,
             batch=batch))
       for width, blocks, heads, frames, batch in sizes])
+
+
+def _hrnets(sizes):
+  """(width W, image height, image width, batch) per variant; HRNet's
+  modules (1, 4, 3) and 4 blocks per branch, 17 keypoints."""
+  return _variants("hrnet", HRNET, [
+      (f"hrnet_w{width}_i{height}x{image_width}_b{batch}",
+       dict(width=width, image_size=(height, image_width), batch=batch))
+      for width, height, image_width, batch in sizes])
 
 
 def _gans(sizes):
@@ -273,6 +283,10 @@ SWIN_SIZES = ((96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 16),
 # memory only.
 CONFORMER_SIZES = ((144, 10, 4, 800, 32), (256, 12, 4, 800, 32),
                    (256, 12, 4, 1000, 48), (512, 13, 8, 1000, 48))
+# HRNet: (width W, image height, image width, batch), by one-device peak
+# memory only.
+HRNET_SIZES = ((18, 256, 192, 16), (32, 256, 192, 32), (32, 256, 192, 48),
+               (32, 384, 288, 48))
 
 
 def _zoo(family, items):
@@ -459,6 +473,13 @@ _FAMILIES = (
            "(GLU, depthwise convolution, batch norm) and half-step "
            "feed-forward; CTC loss, Adam (corpus.conformer)",
            _conformers(CONFORMER_SIZES)),
+    Family("hrnet", EVAL, "HRNet pose estimator: a strided stem and "
+           "bottleneck blocks, then stages of 2, 3 and 4 parallel "
+           "resolution branches of residual blocks, each module ending in an "
+           "exchange unit that sums every branch resampled to every other "
+           "(strided convolutions down, 1x1 convolution and nearest "
+           "upsampling up); heatmap MSE loss, Adam (corpus.hrnet)",
+           _hrnets(HRNET_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -118,6 +118,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import dual_encoder
   from tf_gdp.corpus import gan
   from tf_gdp.corpus import gnn
+  from tf_gdp.corpus import hrnet
   from tf_gdp.corpus import keras3_models
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import perceiver
@@ -159,6 +160,7 @@ def _extract(variant: families.Variant):
       families.POINTNET: lambda: pointnet.pointnet(**args),
       families.SWIN: lambda: swin.swin(**args),
       families.CONFORMER: lambda: conformer.conformer(**args),
+      families.HRNET: lambda: hrnet.hrnet(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
