@@ -1,0 +1,98 @@
+r"""The METIS push against the METIS baseline: how much the part count costs.
+
+Zero-shot's METIS push (`policy.push_placements.METIS_CUT`) leans one
+sample towards `metis.partition_devices`: a balanced cut into as many parts
+as there are primary devices, computed without simulating anything. The
+METIS baseline (`metis.place`) simulates every part count from 1 to that
+number and keeps the fastest. Where the fastest count is smaller, the push
+cannot reach the baseline's placement. This check prices both per graph and
+topology, the cut repaired to fit memory as zero-shot's samples are:
+
+  python -m tf_gdp.bench.metis_push_check --graphs=corpus:train \
+      --devices=p100x4,p100x2 --json_out=metis_push.json
+
+It prints one row per pair (the cut over the baseline and the baseline's
+part count) and the count of pairs where the cut is more than 5% slower.
+"""
+
+import json
+
+from absl import app
+from absl import flags
+
+import numpy as np
+
+# More than this over the baseline counts as a miss (the zero-shot target's
+# 5%).
+MISS_RATIO = 1.05
+
+
+def check(graph, topology) -> dict:
+  """One graph on one topology: the cut's and the baseline's step times."""
+  # pylint: disable=g-import-not-at-top
+  from tf_gdp.baselines import common
+  from tf_gdp.baselines import metis
+  from tf_gdp.baselines import repair
+  from tf_gdp.cost import simulator
+  primary = common.group_view(graph, topology).primary
+  baseline = np.asarray(metis.place(graph, topology))
+  baseline_run = simulator.simulate(graph, baseline, topology)
+  row = {"graph": graph.name, "devices": topology.name,
+         "primary_devices": int(primary.size),
+         "baseline_us": float(baseline_run.step_time_us),
+         "baseline_valid": bool(baseline_run.valid),
+         "baseline_parts": int(np.isin(primary, baseline).sum()),
+         "cut_us": None, "cut_valid": None, "cut_over_baseline": None}
+  cut = metis.partition_devices(graph, topology)
+  if (cut < 0).any():  # fewer than two primary devices, or pinned groups
+    return row
+  repaired = repair.repair(graph, topology, cut)
+  cut_run = simulator.simulate(graph, repaired.placement, topology)
+  row.update(cut_us=float(cut_run.step_time_us),
+             cut_valid=bool(cut_run.valid),
+             cut_over_baseline=float(cut_run.step_time_us /
+                                     baseline_run.step_time_us))
+  return row
+
+
+def summary(rows) -> str:
+  priced = [r for r in rows if r["cut_over_baseline"] is not None]
+  misses = [r for r in priced if r["cut_over_baseline"] > MISS_RATIO]
+  fewer = [r for r in misses if r["baseline_parts"] < r["primary_devices"]]
+  return (f"the cut is more than {MISS_RATIO - 1:.0%} slower than METIS on "
+          f"{len(misses)} of {len(priced)} pairs; on {len(fewer)} of them "
+          "METIS used fewer parts than there are devices")
+
+
+_GRAPHS = flags.DEFINE_string("graphs", "corpus:train",
+                              "Graphs (as `tf-gdp bench --graphs`).")
+_DEVICES = flags.DEFINE_list("devices", ["p100x4", "p100x2"], "Topologies.")
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Write the rows here.")
+
+
+def main(argv):
+  del argv
+  import tf_gdp  # pylint: disable=g-import-not-at-top,unused-import
+  # pylint: disable=g-import-not-at-top
+  from tf_gdp import fileio
+  from tf_gdp import graph_specs
+  from tf_gdp.cost import topology as topology_lib
+  rows = []
+  print(f"{'graph':<34} {'devices':<8} {'cut/METIS':>9} {'METIS parts':>11}")
+  for spec in graph_specs.parse(_GRAPHS.value):
+    for devices in _DEVICES.value:
+      row = check(spec.load(devices).graph, topology_lib.get(devices))
+      rows.append(row)
+      ratio = row["cut_over_baseline"]
+      print(f"{row['graph']:<34} {devices:<8} "
+            f"{'-' if ratio is None else f'{ratio:.3f}':>9} "
+            f"{row['baseline_parts']:>11}", flush=True)
+  print(summary(rows))
+  if _JSON_OUT.value:
+    fileio.write_atomically(_JSON_OUT.value, json.dumps(
+        {"graphs": _GRAPHS.value, "devices": _DEVICES.value, "rows": rows},
+        indent=1))
+
+
+if __name__ == "__main__":
+  app.run(main)
