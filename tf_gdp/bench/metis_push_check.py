@@ -64,12 +64,6 @@ def summary(rows) -> str:
           "METIS used fewer parts than there are devices")
 
 
-_GRAPHS = flags.DEFINE_string("graphs", "corpus:train",
-                              "Graphs (as `tf-gdp bench --graphs`).")
-_DEVICES = flags.DEFINE_list("devices", ["p100x4", "p100x2"], "Topologies.")
-_JSON_OUT = flags.DEFINE_string("json_out", None, "Write the rows here.")
-
-
 def main(argv):
   del argv
   import tf_gdp  # pylint: disable=g-import-not-at-top,unused-import
@@ -95,4 +89,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags only here, so tests may import this module beside other benches.
+  _GRAPHS = flags.DEFINE_string("graphs", "corpus:train",
+                                "Graphs (as `tf-gdp bench --graphs`).")
+  _DEVICES = flags.DEFINE_list("devices", ["p100x4", "p100x2"],
+                               "Topologies.")
+  _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the rows here.")
   app.run(main)
