@@ -25,6 +25,8 @@ import dataclasses
 import types
 from typing import Mapping, Tuple
 
+from tf_gdp.corpus import sizes
+
 TRAIN = "train"
 EVAL = "eval"
 SPLITS = (TRAIN, EVAL)
@@ -258,37 +260,6 @@ def _dlrms(sizes):
   return _variants("recommender", DLRM, named)
 
 
-GAN_SIZES = ((64, 64, 64), (128, 64, 128), (128, 128, 512), (256, 64, 256))
-DETECTOR_SIZES = ((256, 32, 8), (512, 64, 32), (640, 64, 32), (512, 96, 48))
-MOE_SIZES = ((4, 512, 8, 128, 32), (6, 768, 8, 256, 16), (8, 1024, 16, 512, 16),
-             (12, 768, 8, 512, 16))
-GNN_SIZES = ((5, 64, 64, 128), (5, 256, 256, 64), (8, 512, 512, 64),
-             (12, 1024, 1024, 48))
-KERAS3_APPLICATIONS = (("InceptionV3", 299, 32), ("ConvNeXtSmall", 224, 64))
-KERAS3_DECODERS = ((8, 768, 12, 512, 16), (6, 1024, 16, 1024, 16))
-DUAL_ENCODER_SIZES = ((6, 6, 512, 64, 64), (12, 12, 768, 77, 32),
-                      (12, 12, 768, 77, 96), (8, 6, 512, 77, 256))
-PERCEIVER_SIZES = ((128, 512, 4, 2, 32), (256, 768, 6, 2, 24),
-                   (256, 768, 6, 2, 64), (256, 1024, 6, 4, 40))
-# Point clouds: (task, points, batch), by one-device peak memory only.
-POINTNET_SIZES = (("cls", 1024, 32), ("cls", 2048, 128), ("seg", 2048, 32),
-                  ("seg", 4096, 96))
-# Swin: (embed dim, depths, heads, image size, batch), by one-device peak
-# memory only.
-SWIN_SIZES = ((96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 16),
-              (96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 64),
-              (96, (2, 2, 18, 2), (3, 6, 12, 24), 224, 32),
-              (128, (2, 2, 18, 2), (4, 8, 16, 32), 224, 64))
-# Conformer: (model width, blocks, heads, frames, batch), by one-device peak
-# memory only.
-CONFORMER_SIZES = ((144, 10, 4, 800, 32), (256, 12, 4, 800, 32),
-                   (256, 12, 4, 1000, 48), (512, 13, 8, 1000, 48))
-# HRNet: (width W, image height, image width, batch), by one-device peak
-# memory only.
-HRNET_SIZES = ((18, 256, 192, 16), (32, 256, 192, 32), (32, 256, 192, 48),
-               (32, 384, 288, 48))
-
-
 def _zoo(family, items):
   """(zoo model, knobs dict) per variant."""
   named = []
@@ -423,35 +394,35 @@ _FAMILIES = (
                              (4, 1024, 40, 256)])),
     Family("gan", EVAL, "DCGAN: a generator and a discriminator trained in "
            "one step, two tapes, two Adams (corpus.gan)",
-           _gans(GAN_SIZES)),
+           _gans(sizes.GAN_SIZES)),
     Family("detector", EVAL, "single-stage object detector: residual "
            "backbone, feature pyramid, class and box heads per level, Adam "
            "(corpus.detector)",
-           _detectors(DETECTOR_SIZES)),
+           _detectors(sizes.DETECTOR_SIZES)),
     Family("moe", EVAL, "Switch-Transformer-style masked LM: every other "
            "feed-forward layer routed top-1 to experts with their own "
            "weights, capacity-limited dense dispatch, load-balancing loss, "
            "Adam (corpus.moe)",
-           _switch_transformers(MOE_SIZES)),
+           _switch_transformers(sizes.MOE_SIZES)),
     Family("gnn", EVAL, "GIN graph classifier: sum aggregation over a dense "
            "adjacency, an MLP with batch norm per layer, a readout from "
            "every layer, Adam (corpus.gnn)",
-           _graph_classifiers(GNN_SIZES)),
+           _graph_classifiers(sizes.GNN_SIZES)),
     Family("keras3", EVAL, "Keras 3 (the keras package, not tf_keras): "
            "keras.applications InceptionV3 and ConvNeXtSmall, and a "
            "decoder-only language model of keras.layers; Keras losses, "
            "keras.optimizers.Adam (corpus.keras3_models)",
-           _keras3_models(KERAS3_APPLICATIONS, KERAS3_DECODERS)),
+           _keras3_models(sizes.KERAS3_APPLICATIONS, sizes.KERAS3_DECODERS)),
     Family("dual_encoder", EVAL, "CLIP-style dual encoder: a ViT-style image "
            "tower and a causal text tower side by side, joined by a "
            "symmetric contrastive loss with a learned temperature, Adam "
            "(corpus.dual_encoder)",
-           _dual_encoders(DUAL_ENCODER_SIZES)),
+           _dual_encoders(sizes.DUAL_ENCODER_SIZES)),
     Family("perceiver", EVAL, "Perceiver-style image classifier: a learned "
            "latent array cross-attends to image patches, then latent "
            "self-attention blocks; cross-attention and blocks applied again "
            "with the same weights, Adam (corpus.perceiver)",
-           _perceivers(PERCEIVER_SIZES)),
+           _perceivers(sizes.PERCEIVER_SIZES)),
     Family("video", EVAL, "R(2+1)D video classifier: residual blocks of "
            "per-frame 2-D and per-pixel temporal convolutions, Adam "
            "(corpus.video)",
@@ -461,25 +432,25 @@ _FAMILIES = (
            "segmenter: shared per-point MLPs behind learned 3x3 and 64x64 "
            "transforms, a max over the points, an orthogonality penalty, "
            "Adam (corpus.pointnet)",
-           _point_clouds(POINTNET_SIZES)),
+           _point_clouds(sizes.POINTNET_SIZES)),
     Family("swin", EVAL, "Swin Transformer image classifier: four stages "
            "of window attention with relative position biases, every other "
            "block on windows shifted by tf.roll with a mask, patch merging "
            "between stages, Adam (corpus.swin)",
-           _swins(SWIN_SIZES)),
+           _swins(sizes.SWIN_SIZES)),
     Family("conformer", EVAL, "Conformer speech recognizer: a strided "
            "convolutional front end, then blocks of half-step feed-forward, "
            "self-attention with relative positions, a convolution module "
            "(GLU, depthwise convolution, batch norm) and half-step "
            "feed-forward; CTC loss, Adam (corpus.conformer)",
-           _conformers(CONFORMER_SIZES)),
+           _conformers(sizes.CONFORMER_SIZES)),
     Family("hrnet", EVAL, "HRNet pose estimator: a strided stem and "
            "bottleneck blocks, then stages of 2, 3 and 4 parallel "
            "resolution branches of residual blocks, each module ending in an "
            "exchange unit that sums every branch resampled to every other "
            "(strided convolutions down, 1x1 convolution and nearest "
            "upsampling up); heatmap MSE loss, Adam (corpus.hrnet)",
-           _hrnets(HRNET_SIZES)),
+           _hrnets(sizes.HRNET_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

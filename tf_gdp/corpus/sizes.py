@@ -1,0 +1,37 @@
+"""Sizes of the later evaluation families' variants (`families`).
+
+Each tuple is one variant's size, in the order its family's builder in
+`families` documents. The sizes were chosen before any placement of the
+family, by one-device peak memory only: some fit one device easily, some
+barely, some not at all.
+"""
+
+GAN_SIZES = ((64, 64, 64), (128, 64, 128), (128, 128, 512), (256, 64, 256))
+DETECTOR_SIZES = ((256, 32, 8), (512, 64, 32), (640, 64, 32), (512, 96, 48))
+MOE_SIZES = ((4, 512, 8, 128, 32), (6, 768, 8, 256, 16), (8, 1024, 16, 512, 16),
+             (12, 768, 8, 512, 16))
+GNN_SIZES = ((5, 64, 64, 128), (5, 256, 256, 64), (8, 512, 512, 64),
+             (12, 1024, 1024, 48))
+KERAS3_APPLICATIONS = (("InceptionV3", 299, 32), ("ConvNeXtSmall", 224, 64))
+KERAS3_DECODERS = ((8, 768, 12, 512, 16), (6, 1024, 16, 1024, 16))
+DUAL_ENCODER_SIZES = ((6, 6, 512, 64, 64), (12, 12, 768, 77, 32),
+                      (12, 12, 768, 77, 96), (8, 6, 512, 77, 256))
+PERCEIVER_SIZES = ((128, 512, 4, 2, 32), (256, 768, 6, 2, 24),
+                   (256, 768, 6, 2, 64), (256, 1024, 6, 4, 40))
+# Point clouds: (task, points, batch), by one-device peak memory only.
+POINTNET_SIZES = (("cls", 1024, 32), ("cls", 2048, 128), ("seg", 2048, 32),
+                  ("seg", 4096, 96))
+# Swin: (embed dim, depths, heads, image size, batch), by one-device peak
+# memory only.
+SWIN_SIZES = ((96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 16),
+              (96, (2, 2, 6, 2), (3, 6, 12, 24), 224, 64),
+              (96, (2, 2, 18, 2), (3, 6, 12, 24), 224, 32),
+              (128, (2, 2, 18, 2), (4, 8, 16, 32), 224, 64))
+# Conformer: (model width, blocks, heads, frames, batch), by one-device peak
+# memory only.
+CONFORMER_SIZES = ((144, 10, 4, 800, 32), (256, 12, 4, 800, 32),
+                   (256, 12, 4, 1000, 48), (512, 13, 8, 1000, 48))
+# HRNet: (width W, image height, image width, batch), by one-device peak
+# memory only.
+HRNET_SIZES = ((18, 256, 192, 16), (32, 256, 192, 32), (32, 256, 192, 48),
+               (32, 384, 288, 48))
