@@ -1,4 +1,9 @@
-"""The METIS push check on a small generated graph."""
+"""The METIS push check on a small generated graph, and its flags."""
+
+import subprocess
+import sys
+
+import pytest
 
 from tf_gdp.bench import metis_push_check
 from tf_gdp.cost import topology as topology_lib
@@ -22,3 +27,18 @@ def test_summary_counts_misses_and_those_with_fewer_parts():
   assert metis_push_check.summary(rows) == (
       "the cut is more than 5% slower than METIS on 2 of 3 pairs; on 1 of "
       "them METIS used fewer parts than there are devices")
+
+
+@pytest.mark.parametrize("flag", ["--graphs=bogus_graph",
+                                  "--devices=p100x4,bogus"])
+def test_a_bad_flag_is_one_usage_line_before_any_graph(flag, tmp_path):
+  out = tmp_path / "rows.json"
+  run = subprocess.run(
+      [sys.executable, "-m", "tf_gdp.bench.metis_push_check", flag,
+       f"--json_out={out}"], capture_output=True, text=True, timeout=300,
+      check=False)
+  assert run.returncode != 0
+  mentions = [line for line in run.stderr.splitlines() if "bogus" in line]
+  assert len(mentions) == 1 and flag.split("=")[0] in mentions[0], run.stderr
+  assert "Traceback" not in run.stderr
+  assert not out.exists()

@@ -51,6 +51,7 @@ from tf_gdp import errors
 from tf_gdp import gdp_method
 from tf_gdp.bench import bench_graphs
 from tf_gdp.bench import budget_check
+from tf_gdp.bench import flag_checks
 from tf_gdp.bench import harness
 from tf_gdp.bench import policy_controls
 from tf_gdp.cost import topology as topology_lib
@@ -362,17 +363,6 @@ def main(argv):
       "policy": _POLICY.value or "shipped"}, started, _JSON_OUT.value)
 
 
-def _validator(parse):
-  """A flag validator from an InputError-raising parser: one usage line."""
-  def validate(values):
-    try:
-      parse(values)
-    except errors.InputError as e:
-      raise flags.ValidationError(str(e)) from e
-    return True
-  return validate
-
-
 if __name__ == "__main__":
   # Flags only here, so other modules may import this one's functions.
   _GRAPHS = flags.DEFINE_string("graphs", "corpus:eval",
@@ -403,9 +393,11 @@ if __name__ == "__main__":
       "which PPO hands over to the polish (default: rl.polish.PPO_PATIENCE); "
       "0: never.", lower_bound=0)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
-  flags.register_validator("policies", _validator(policy_controls.parse))
-  flags.register_validator("devices", _validator(parse_devices))
+  flags.register_validator("policies",
+                           flag_checks.from_parser(policy_controls.parse))
+  flags.register_validator("devices",
+                           flag_checks.from_parser(parse_devices))
   # A named policy is checked (loaded) here, before any graph is built.
-  flags.register_validator("policy", _validator(
+  flags.register_validator("policy", flag_checks.from_parser(
       lambda path: path is None or gdp_method.check_policy(path)))
   app.run(main)

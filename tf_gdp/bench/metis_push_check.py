@@ -22,6 +22,8 @@ from absl import flags
 
 import numpy as np
 
+from tf_gdp.bench import flag_checks
+
 # More than this over the baseline counts as a miss (the zero-shot target's
 # 5%).
 MISS_RATIO = 1.05
@@ -88,6 +90,18 @@ def main(argv):
         indent=1))
 
 
+def _parse_devices(names):
+  # pylint: disable=g-import-not-at-top
+  from tf_gdp.cost import topology as topology_lib
+  for name in names:
+    topology_lib.get(name)
+
+
+def _parse_graphs(spec):
+  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
+  graph_specs.parse(spec)
+
+
 if __name__ == "__main__":
   # Flags only here, so tests may import this module beside other benches.
   _GRAPHS = flags.DEFINE_string("graphs", "corpus:train",
@@ -95,4 +109,8 @@ if __name__ == "__main__":
   _DEVICES = flags.DEFINE_list("devices", ["p100x4", "p100x2"],
                                "Topologies.")
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the rows here.")
+  flags.register_validator("graphs",
+                           flag_checks.from_parser(_parse_graphs))
+  flags.register_validator("devices",
+                           flag_checks.from_parser(_parse_devices))
   app.run(main)
