@@ -680,3 +680,100 @@ def test_hrnet_runs_parallel_branches_and_exchanges_them_all_to_all():
   with pytest.raises(ValueError, match="multiples of 32"):
     store.build_graph(_variant("odd", families.HRNET, width=4,
                                image_size=(48, 32), batch=1), DEVICES)
+
+
+def test_diffusion_unet_reads_the_timestep_everywhere_and_its_skips():
+  model = _variant("tiny_diffusion", families.DIFFUSION, channels=8,
+                   image_size=16, batch=2, multipliers=(1, 2, 2), blocks=1,
+                   attention=(16, 4))
+  graph = store.build_graph(model, DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  forward = {n: (types_[i], graph.output_shapes[i][0])
+             for i, n in enumerate(names)
+             if graph.output_shapes[i] and "gradient" not in n}
+  index = graph.node_index
+  inputs = [[] for _ in names]
+  for src, dst in zip(graph.edge_src, graph.edge_dst):
+    inputs[dst].append(src)
+
+  def ancestors(name):
+    seen, todo = set(), [index[name]]
+    while todo:
+      for src in inputs[todo.pop()]:
+        if src not in seen:
+          seen.add(src)
+          todo.append(src)
+    return {names[i] for i in seen}
+
+  def read(name):
+    """The nodes `name` reads directly."""
+    return {names[i] for i in inputs[index[f"diffusion/{name}"]]}
+
+  def scopes(op, part):
+    return sorted(n.split("diffusion/")[1].split(f"/{part}")[0]
+                  for n, (t, _) in forward.items()
+                  if t == op and f"/{part}" in n)
+
+  # Levels at 16, 8 and 4 pixels, one block each down, two up, two in the
+  # middle; every block adds a projection of the one timestep embedding.
+  blocks = ["down0/res0", "down1/res0", "down2/res0", "mid/res0",
+            "mid/res1", "up0/res0", "up0/res1", "up1/res0", "up1/res1",
+            "up2/res0", "up2/res1"]
+  assert scopes("AddV2", "add_time/") == blocks
+  embedding = {n for n in forward if n.startswith("diffusion/time/swish/")}
+  assert "diffusion/time/sinusoids/Sin" in ancestors(
+      "diffusion/time/swish/mul_1")
+  for block in blocks:
+    assert f"diffusion/{block}/broadcast/Reshape" in read(
+        f"{block}/add_time/add")
+    assert f"diffusion/{block}/time/BiasAdd" in read(
+        f"{block}/broadcast/Reshape")
+    assert f"diffusion/{block}/time/MatMul" in read(f"{block}/time/BiasAdd")
+    assert read(f"{block}/time/MatMul") & embedding, block
+  # Attention after the blocks at 16 and 4 pixels and in the middle, none
+  # at 8: every pixel attends to every pixel of its map.
+  assert scopes("Softmax", "attention/") == [
+      "down0/attn0", "down2/attn0", "mid/attn", "up0/attn0", "up0/attn1",
+      "up2/attn0", "up2/attn1"]
+  assert sorted({s for n, (t, s) in forward.items() if t == "Softmax"}) == [
+      (2, 1, 16, 16), (2, 1, 256, 256)]
+  # Down by strided convolutions, up by nearest resizing to a fixed size.
+  assert [forward[f"diffusion/down{l}/downsample/Conv2D"][1]
+          for l in (0, 1)] == [(2, 8, 8, 8), (2, 4, 4, 16)]
+  assert sorted(s for t, s in forward.values()
+                if t == "ResizeNearestNeighbor") == [(2, 8, 8, 16),
+                                                     (2, 16, 16, 16)]
+  # Each decoder block concatenates its own encoder output, last first:
+  # a block's (after its attention), a downsampling's, the first
+  # convolution's.
+  skips = {"up2/skip0": "down2/attn0/add/add",
+           "up2/skip1": "down1/downsample/BiasAdd",
+           "up1/skip0": "down1/res0/add/add",
+           "up1/skip1": "down0/downsample/BiasAdd",
+           "up0/skip0": "down0/attn0/add/add",
+           "up0/skip1": "conv_in/BiasAdd"}
+  assert scopes("ConcatV2", "skip") == sorted(
+      s.split("/skip")[0] for s in skips)
+  for concat, skip in skips.items():
+    assert f"diffusion/{skip}" in read(f"{concat}/concat"), concat
+  # The network sees x_t, the images noised by the schedule at t, and
+  # predicts the noise.
+  assert forward["GatherV2"] == ("GatherV2", (2,))
+  assert "GatherV2" in ancestors("diffusion/conv_in/Conv2D")
+  assert forward["diffusion/out/conv/BiasAdd"][1] == (2, 16, 16, 3)
+  # Adam updates every weight and its two slots: per block two norms, two
+  # convolutions and the time projection (a 1x1 projection in 7 where the
+  # width changes), per attention a norm and four projections; the first
+  # convolution, 2 down, 2 up, the time MLP, the output norm and conv.
+  assert _count(graph, "Conv2DBackpropFilter") == _count(graph, "Conv2D")
+  weights = 2 * (5 * 11 + 7 + 5 * 7 + 1 + 2 + 2 + 2 + 2)
+  assert _count(graph, "AssignSubVariableOp") == weights
+  assert _count(graph, "AssignVariableOp") == 2 * weights
+  with pytest.raises(ValueError, match=r"multiple of 2\*\*2"):
+    store.build_graph(_variant("odd", families.DIFFUSION, channels=8,
+                               image_size=18, batch=1, multipliers=(1, 2, 2)),
+                      DEVICES)
+  with pytest.raises(ValueError, match="map sides"):
+    store.build_graph(_variant("odd", families.DIFFUSION, channels=8,
+                               image_size=16, batch=1, multipliers=(1, 2, 2),
+                               attention=(2,)), DEVICES)

@@ -12,11 +12,11 @@ transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
 recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
-PointNet, a Swin Transformer, a Conformer speech recognizer and an HRNet
-pose estimator written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
-`dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`, `conformer`,
-`hrnet`), Keras 3
+PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
+pose estimator and a DDPM diffusion U-Net written with tf_keras layers
+(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
+`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
+`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`), Keras 3
 applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
 with knobs) and generated graphs (`tf_gdp.graph.generators`).
 """
@@ -34,12 +34,12 @@ SPLITS = (TRAIN, EVAL)
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
- SWIN, CONFORMER, HRNET) = (
+ SWIN, CONFORMER, HRNET, DIFFUSION) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
-     "conformer", "hrnet")
+     "conformer", "hrnet", "diffusion")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +151,16 @@ def _hrnets(sizes):
       (f"hrnet_w{width}_i{height}x{image_width}_b{batch}",
        dict(width=width, image_size=(height, image_width), batch=batch))
       for width, height, image_width, batch in sizes])
+
+
+def _diffusions(sizes):
+  """(base channels, level multipliers, attention sides, image size,
+  batch) per variant; 2 residual blocks per level, one attention head."""
+  return _variants("diffusion", DIFFUSION, [
+      (f"diffusion_c{channels}_i{image}_b{batch}",
+       dict(channels=channels, multipliers=multipliers, attention=attention,
+            image_size=image, batch=batch))
+      for channels, multipliers, attention, image, batch in sizes])
 
 
 def _gans(sizes):
@@ -451,6 +461,13 @@ _FAMILIES = (
            "(strided convolutions down, 1x1 convolution and nearest "
            "upsampling up); heatmap MSE loss, Adam (corpus.hrnet)",
            _hrnets(sizes.HRNET_SIZES)),
+    Family("diffusion", EVAL, "DDPM denoising diffusion U-Net: residual "
+           "blocks with group norm, each reading a sinusoidal timestep "
+           "embedding, self-attention over whole maps at chosen sides, "
+           "strided convolutions down, nearest resizing up, skip "
+           "concatenations; noise-prediction MSE loss, Adam "
+           "(corpus.diffusion)",
+           _diffusions(sizes.DIFFUSION_SIZES)),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -35,3 +35,9 @@ CONFORMER_SIZES = ((144, 10, 4, 800, 32), (256, 12, 4, 800, 32),
 # memory only.
 HRNET_SIZES = ((18, 256, 192, 16), (32, 256, 192, 32), (32, 256, 192, 48),
                (32, 384, 288, 48))
+# Diffusion: (base channels, level multipliers, attention sides, image size,
+# batch), by one-device peak memory only.
+DIFFUSION_SIZES = ((64, (1, 2, 2, 2), (16,), 32, 48),
+                   (128, (1, 2, 2, 2), (16,), 32, 64),
+                   (96, (1, 2, 3, 4), (16,), 64, 36),
+                   (128, (1, 2, 3, 4), (16,), 64, 56))

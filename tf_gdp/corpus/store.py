@@ -115,6 +115,7 @@ def _extract(variant: families.Variant):
   from tf_gdp import zoo
   from tf_gdp.corpus import conformer
   from tf_gdp.corpus import detector
+  from tf_gdp.corpus import diffusion
   from tf_gdp.corpus import dual_encoder
   from tf_gdp.corpus import gan
   from tf_gdp.corpus import gnn
@@ -161,6 +162,7 @@ def _extract(variant: families.Variant):
       families.SWIN: lambda: swin.swin(**args),
       families.CONFORMER: lambda: conformer.conformer(**args),
       families.HRNET: lambda: hrnet.hrnet(**args),
+      families.DIFFUSION: lambda: diffusion.diffusion(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
