@@ -122,3 +122,53 @@ def test_climb_without_budget_returns_the_start_as_given():
                                used=10)
   np.testing.assert_array_equal(climbed.placement, start)
   assert climbed.step_time_us == 123.0 and climbed.rounds == 0
+
+
+def _chain_moves(kinds, n=40):
+  """Moves over an n-op chain (one group per op, topological order = index)."""
+  graph = op_graph.OpGraph.build(
+      name="chain", node_names=[f"op{i}" for i in range(n)],
+      op_types=["MatMul"] * n, costs={"GPU": np.full(n, 20.0)},
+      output_bytes=np.full(n, 1000), memory_bytes=np.zeros(n, int),
+      edge_src=list(range(n - 1)), edge_dst=list(range(1, n)),
+      edge_bytes=np.full(n - 1, 1000))
+  view = common.group_view(graph, topology.get("p100x4"))
+  assert view.num_groups == n
+  return local_search._Moves(view, np.random.default_rng(0), kinds)
+
+
+def test_a_border_move_takes_one_group_across_the_cut():
+  moves = _chain_moves(("border",))
+  current = np.where(np.arange(40) < 25, 0, 2)
+  seen = set()
+  for _ in range(40):
+    changed = np.flatnonzero(moves.propose(current) != current)
+    assert changed.size == 1 and int(changed[0]) in (24, 25)
+    seen.add(int(changed[0]))
+  assert seen == {24, 25}  # both ends of the cut edge move
+
+
+def test_a_shift_moves_a_run_beside_the_cut_to_the_other_side():
+  moves = _chain_moves(("shift",))
+  current = np.where(np.arange(40) < 25, 1, 3)
+  lengths, sides = set(), set()
+  for _ in range(60):
+    proposal = moves.propose(current)
+    changed = np.flatnonzero(proposal != current)
+    assert changed.size >= 1
+    np.testing.assert_array_equal(changed, np.arange(changed[0],
+                                                     changed[-1] + 1))
+    assert changed[-1] == 24 or changed[0] == 25  # ends at the cut
+    assert set(proposal[changed]) == ({3} if changed[-1] == 24 else {1})
+    lengths.add(changed.size)
+    sides.add(bool(changed[-1] == 24))
+  assert len(lengths) > 2  # runs of several lengths
+  assert sides == {True, False}  # runs before and after the cut cross it
+
+
+def test_moves_along_the_cut_need_a_cut():
+  moves = _chain_moves(local_search.BORDER_MOVES)
+  current = np.full(40, 2)
+  np.testing.assert_array_equal(moves.propose(current), current)
+  with pytest.raises(ValueError, match="unknown local_search moves"):
+    _chain_moves(("border", "teleport"))

@@ -16,8 +16,14 @@ simulated-annealing step.
   (`graph.scopes.numbered_scopes`: `layer_3`, `encoder/layer_2`, `block5`,
   a backward op joining its forward scope) to one device; a contiguous
   chunk of the groups' topological order (1-10% of the groups) to one
-  device. A group only goes to a device every member may use (allowed
-  kinds, pins); memory is the simulator's exact peak.
+  device. And two moves along the current cut, which a random device
+  rarely helps: one end of a group edge between two devices joins the
+  other end's device ("border"), and a run of the topological order that
+  ends or starts at such an edge (1 group to 10% of them, log-uniform)
+  crosses it ("shift"), sliding a stage boundary. Each of the six is
+  proposed equally often (`MOVES`; `PLAIN_MOVES` are the first four). A
+  group only goes to a device every member may use (allowed kinds, pins);
+  memory is the simulator's exact peak.
 * Each round proposes `batch` candidates and simulates them in one
   `simulate_batch`; invalid ones (memory) are rejected; the best candidate
   replaces the current placement if it is faster, or, if slower, with
@@ -55,14 +61,20 @@ from tf_gdp.graph import scopes
 STARTS = {"single_device": single_device.place, "m_topo": m_topo.place,
           "m_etf": m_etf.place, "m_sct": m_sct.place, "heft": heft.place,
           "metis": metis.place}
-MOVES = ("group", "swap", "scope", "chunk")
+# Random moves (module doc), then the moves along the current cut.
+PLAIN_MOVES = ("group", "swap", "scope", "chunk")
+BORDER_MOVES = ("border", "shift")
+MOVES = PLAIN_MOVES + BORDER_MOVES
 
 
 def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
           seed: int = 0, evaluations: int = 2000,
           seconds: Optional[float] = None, batch: int = 16,
-          temperature: float = 0.01) -> np.ndarray:
-  """Hill climbing with annealing from the best cheap baseline (module doc)."""
+          temperature: float = 0.01, moves: tuple = MOVES) -> np.ndarray:
+  """Hill climbing with annealing from the best cheap baseline (module doc).
+
+  `moves` are the kinds proposed (`MOVES`, `PLAIN_MOVES`).
+  """
   if evaluations < 1 or batch < 1 or temperature < 0:
     raise errors.InputError(
         f"local_search needs evaluations >= 1, batch >= 1 and temperature "
@@ -73,7 +85,7 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
     seconds = max(0.0, seconds - (time.perf_counter() - clock))
   climbed = climb(graph, topology, start, current, evaluations=evaluations,
                   used=used, seed=seed, seconds=seconds, batch=batch,
-                  temperature=temperature)
+                  temperature=temperature, moves=tuple(moves))
   common.note("rounds", climbed.rounds)
   common.note("accepted", climbed.accepted)
   common.note("best_so_far", climbed.curve)
@@ -105,7 +117,8 @@ class Climb:
 def climb(graph: op_graph.OpGraph, topology: topology_lib.Topology,
           start: np.ndarray, start_step_time_us: float, *, evaluations: int,
           used: int = 0, seed: int = 0, seconds: Optional[float] = None,
-          batch: int = 16, temperature: float = 0.01) -> Climb:
+          batch: int = 16, temperature: float = 0.01,
+          moves: tuple = MOVES) -> Climb:
   """Hill climbing with annealing from `start` (module doc: moves, budget).
 
   `start_step_time_us` is the start's simulated step time (inf if it does
@@ -119,7 +132,7 @@ def climb(graph: op_graph.OpGraph, topology: topology_lib.Topology,
       view.members[view.member_ptr[:-1]]].astype(np.int64)
   best_group, best = current_group, current
   curve = [[used, best]] if math.isfinite(best) else []
-  moves = _Moves(view, np.random.default_rng(seed))
+  moves = _Moves(view, np.random.default_rng(seed), moves)
   rounds = accepted = 0
   while used < evaluations and (seconds is None or
                                 time.perf_counter() - clock < seconds):
@@ -197,9 +210,17 @@ def _score(graph, topology, view, group_devices) -> np.ndarray:
 class _Moves:
   """Random moves of the module doc over a `GroupView`."""
 
-  def __init__(self, view: common.GroupView, rng: np.random.Generator):
+  def __init__(self, view: common.GroupView, rng: np.random.Generator,
+               kinds: tuple = MOVES):
+    unknown = set(kinds) - set(MOVES)
+    if unknown or not kinds:
+      raise ValueError(f"unknown local_search moves: {sorted(unknown)}")
     self.view = view
     self.rng = rng
+    self.kinds = tuple(kinds)
+    if set(kinds) & set(BORDER_MOVES):
+      src, dst, _ = view.edges
+      self.edge_src, self.edge_dst = src, dst
     self.movable = np.flatnonzero(view.allowed.sum(axis=1) > 1)
     members_of = {}
     for op, name in enumerate(view.graph.node_names):
@@ -212,7 +233,7 @@ class _Moves:
 
   def propose(self, group_device: np.ndarray) -> np.ndarray:
     """A changed copy of `group_device` (unchanged only if nothing moves)."""
-    kinds = [m for m in MOVES if m != "scope" or self.scopes]
+    kinds = [m for m in self.kinds if m != "scope" or self.scopes]
     for _ in range(8):
       move = kinds[self.rng.integers(len(kinds))]
       proposal = getattr(self, "_" + move)(group_device)
@@ -248,6 +269,44 @@ class _Moves:
   def _scope(self, group_device):
     groups = self.scopes[self.rng.integers(len(self.scopes))]
     return self._to_device(group_device, groups)
+
+  def _cut_edge(self, group_device):
+    """A random group edge whose ends are on different devices, or None."""
+    cut = np.flatnonzero(group_device[self.edge_src] !=
+                         group_device[self.edge_dst])
+    if not cut.size:
+      return None
+    e = int(cut[self.rng.integers(cut.size)])
+    return int(self.edge_src[e]), int(self.edge_dst[e])
+
+  def _border(self, group_device):
+    edge = self._cut_edge(group_device)
+    if edge is None:
+      return group_device
+    mover, anchor = edge if self.rng.random() < 0.5 else edge[::-1]
+    proposal = group_device.copy()
+    if self.view.allowed[mover, group_device[anchor]]:
+      proposal[mover] = group_device[anchor]
+    return proposal
+
+  def _shift(self, group_device):
+    """A run of the topological order beside a cut joins the other side."""
+    edge = self._cut_edge(group_device)
+    if edge is None:
+      return group_device
+    src, dst = edge
+    order, rank = self.view.order, self.view.rank
+    # Log-uniform lengths: one group as often as a tenth of the graph's.
+    length = int(np.exp(self.rng.uniform(0.0, np.log(self.chunk[1] + 1))))
+    if self.rng.random() < 0.5:  # the run ending at src joins dst's device
+      groups = order[max(0, rank[src] - length + 1):rank[src] + 1]
+      device = group_device[dst]
+    else:  # the run starting at dst joins src's device
+      groups = order[rank[dst]:rank[dst] + length]
+      device = group_device[src]
+    proposal = group_device.copy()
+    proposal[groups[self.view.allowed[groups, device]]] = device
+    return proposal
 
   def _chunk(self, group_device):
     order = self.view.order

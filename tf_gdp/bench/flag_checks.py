@@ -18,3 +18,16 @@ def from_parser(parse):
       raise flags.ValidationError(str(e)) from e
     return True
   return validate
+
+
+def graphs(spec: str) -> None:
+  """InputError unless every item of `spec` names a graph (not built)."""
+  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
+  graph_specs.parse(spec)
+
+
+def devices(names) -> None:
+  """InputError unless every name is a topology."""
+  from tf_gdp.cost import topology  # pylint: disable=g-import-not-at-top
+  for name in names:
+    topology.get(name)

@@ -90,18 +90,6 @@ def main(argv):
         indent=1))
 
 
-def _parse_devices(names):
-  # pylint: disable=g-import-not-at-top
-  from tf_gdp.cost import topology as topology_lib
-  for name in names:
-    topology_lib.get(name)
-
-
-def _parse_graphs(spec):
-  from tf_gdp import graph_specs  # pylint: disable=g-import-not-at-top
-  graph_specs.parse(spec)
-
-
 if __name__ == "__main__":
   # Flags only here, so tests may import this module beside other benches.
   _GRAPHS = flags.DEFINE_string("graphs", "corpus:train",
@@ -110,7 +98,7 @@ if __name__ == "__main__":
                                "Topologies.")
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the rows here.")
   flags.register_validator("graphs",
-                           flag_checks.from_parser(_parse_graphs))
+                           flag_checks.from_parser(flag_checks.graphs))
   flags.register_validator("devices",
-                           flag_checks.from_parser(_parse_devices))
+                           flag_checks.from_parser(flag_checks.devices))
   app.run(main)
