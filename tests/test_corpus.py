@@ -621,20 +621,8 @@ def test_hrnet_runs_parallel_branches_and_exchanges_them_all_to_all():
       assert shapes == ({resolutions[k]} if k < count else set()), (module, k)
   # The branches of a module are parallel: each reads its own branch of
   # the module before and none of its siblings.
-  index = graph.node_index
-  inputs = [[] for _ in names]
-  for src, dst in zip(graph.edge_src, graph.edge_dst):
-    inputs[dst].append(src)
-
   def ancestors(scope):
-    seen = set()
-    todo = [index[n] for n in forward if f"/{scope}/" in n]
-    while todo:
-      for src in inputs[todo.pop()]:
-        if src not in seen:
-          seen.add(src)
-          todo.append(src)
-    return {names[i] for i in seen}
+    return _ancestors(graph, [n for n in forward if f"/{scope}/" in n])
 
   def reads(above, scope):
     return any(f"/{scope}/" in n for n in above)
@@ -697,13 +685,7 @@ def test_diffusion_unet_reads_the_timestep_everywhere_and_its_skips():
     inputs[dst].append(src)
 
   def ancestors(name):
-    seen, todo = set(), [index[name]]
-    while todo:
-      for src in inputs[todo.pop()]:
-        if src not in seen:
-          seen.add(src)
-          todo.append(src)
-    return {names[i] for i in seen}
+    return _ancestors(graph, [name])
 
   def read(name):
     """The nodes `name` reads directly."""
@@ -777,3 +759,17 @@ def test_diffusion_unet_reads_the_timestep_everywhere_and_its_skips():
     store.build_graph(_variant("odd", families.DIFFUSION, channels=8,
                                image_size=16, batch=1, multipliers=(1, 2, 2),
                                attention=(2,)), DEVICES)
+
+
+def _ancestors(graph, starts) -> set:
+  """Names of every op upstream of the ops named `starts`."""
+  inputs = [[] for _ in graph.node_names]
+  for src, dst in zip(graph.edge_src, graph.edge_dst):
+    inputs[dst].append(src)
+  seen, todo = set(), [graph.node_index[n] for n in starts]
+  while todo:
+    for src in inputs[todo.pop()]:
+      if src not in seen:
+        seen.add(src)
+        todo.append(src)
+  return {graph.node_names[i] for i in seen}
