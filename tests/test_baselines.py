@@ -19,9 +19,9 @@ MIB = 1 << 20
 # Everything but the colleagues' methods (expert rules need a zoo graph;
 # HDP trains a network).
 CLASSIC = ("single_device", "random", "round_robin", "m_topo", "m_etf",
-           "m_sct", "heft", "metis")
+           "m_sct", "heft", "metis", "side_offload")
 MEMORY_CONSTRAINED = ("random", "round_robin", "m_topo", "m_etf", "m_sct",
-                      "heft", "metis")
+                      "heft", "metis", "side_offload")
 SCHEDULERS = ("m_etf", "m_sct", "heft", "metis")
 # The stage rules' placements, the pipeline DP and the local search.
 PIPELINE_AND_SEARCH = ("stage_pipeline", "contiguous_dp", "local_search")

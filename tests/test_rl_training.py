@@ -27,6 +27,7 @@ from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import metis
+from tf_gdp.baselines import side_offload
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -449,16 +450,17 @@ def test_every_other_sample_gets_a_pipeline_push():
   placed = features.PLACEMENT_NOISE_COLUMN
   assert rules == 3 and shift == column + rules
   assert placed == shift + 1
-  assert features.NUM_PLACEMENT_PUSHES == len(exploration.PUSH_ROWS) == 2
-  assert features.EXPLORATION_SIZE == placed + 2
+  assert features.NUM_PLACEMENT_PUSHES == len(exploration.PUSH_ROWS) == 3
+  assert features.EXPLORATION_SIZE == placed + 3
   noise = exploration.exploration_noise(
       [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 10.0).numpy()
   pushes = noise[..., column:shift]
   assert (noise[0::2, :, column:placed] == 0).all()
-  # Rows 2 and 4 of every 16 lean towards the cut and m-ETF's placement
-  # instead, never shifted, and no other row does.
+  # Rows 2, 4 and 6 of every 16 lean towards the cut, m-ETF's placement
+  # and the side-branch offload instead, never shifted, and no other row
+  # does.
   row = np.arange(1200)
-  for p, push_row in enumerate((2, 4)):
+  for p, push_row in enumerate((2, 4, 6)):
     leans = row % 16 == push_row
     assert (noise[~leans, :, placed + p] == 0).all()
     assert (np.delete(noise[leans], placed + p, axis=-1) == 0).all()
@@ -468,6 +470,8 @@ def test_every_other_sample_gets_a_pipeline_push():
   # Each push draws from its own seed: they are not the same numbers.
   assert not np.allclose(noise[row % 16 == 2, 0, placed],
                          noise[row % 16 == 4, 0, placed + 1])
+  assert not np.allclose(noise[row % 16 == 4, 0, placed + 1],
+                         noise[row % 16 == 6, 0, placed + 2])
   # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
   # a gain of at least half the scale: 10 (0.5 + |N(0, 1)|).
   for rule in range(rules):
@@ -509,18 +513,24 @@ def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
   monkeypatch.setattr(exploration, "stateless_categorical_sample",
                       lambda logits, seed: tf.zeros(tf.shape(logits)[:-1],
                                                     tf.int32))
-  shot = zero_shot.zeroshot(policy, task, samples=6, seed=0,
+  shot = zero_shot.zeroshot(policy, task, samples=8, seed=0,
                             entropy_floor=0.0)
   noise = exploration.exploration_noise(
-      [7, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
+      [9, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
       exploration.PIPELINE_EXPLORATION).numpy()
   pushed = exploration.pushed_samples(noise[1:]).numpy()
-  # Rules 0, 1, 2 in samples 1, 3, 5; the cut in sample 2, m-ETF in 4.
-  np.testing.assert_array_equal(pushed, [True, True, True, True, True, False])
+  # Rules 0, 1, 2, 0 in samples 1, 3, 5, 7; the cut in sample 2, m-ETF in
+  # 4, the side-branch offload in 6.
+  np.testing.assert_array_equal(pushed, [True] * 7 + [False])
   greedy_and_samples = shot.valid_step_times_us
   one_device = simulator.simulate(graph, np.zeros(len(names), np.int32),
                                   task.topology).step_time_us
-  assert greedy_and_samples[6] == pytest.approx(one_device)  # drawn: device 0
+  assert greedy_and_samples[8] == pytest.approx(one_device)  # drawn: device 0
+  # A chain is all spine: the offload keeps it whole.
+  offloaded = side_offload.place(graph, task.topology)
+  assert len(set(offloaded.tolist())) == 1
+  assert greedy_and_samples[6] == pytest.approx(
+      simulator.simulate(graph, offloaded, task.topology).step_time_us)
   cut = metis.partition_devices(graph, task.topology)
   assert len(set(cut.tolist())) == 4
   assert greedy_and_samples[2] == pytest.approx(

@@ -31,7 +31,8 @@ from tf_gdp.baselines import best_of
 AUTO = "auto"
 GDP = "gdp"
 CANDIDATES = ("single_device", "human_expert", "m_topo", "m_etf", "m_sct",
-              "heft", "metis", "stage_pipeline", "contiguous_dp")
+              "heft", "metis", "stage_pipeline", "contiguous_dp",
+              "side_offload")
 LOCAL_SEARCH = "local_search"
 SEARCH_EVALUATIONS = 2000  # local_search's evaluations without a budget
 

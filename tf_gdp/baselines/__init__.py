@@ -9,7 +9,9 @@ random, round_robin, human_expert (the zoo's expert rules), m_topo, m_etf and
 m_sct (Baechi, SoCC 2020), heft (Topcuoglu et al. 2002), metis (k-way
 partitioning), stage_pipeline (the stage rules' own placements: hand-written
 knowledge as a row of its own), contiguous_dp (the optimal contiguous split
-of the forward pass, Tarnawski et al., NeurIPS 2020), local_search (hill
+of the forward pass, Tarnawski et al., NeurIPS 2020), side_offload (the
+step's longest path on one device, weight gradients and updates beside it),
+local_search (hill
 climbing from the best cheap baseline, budgeted in simulator evaluations:
 the bar for every search) and hdp (the HDP-style learned grouper + placer).
 All respect allowed device kinds, colocation groups, pins and device memory
@@ -38,4 +40,5 @@ _package_api.install(
     globals(),
     modules=("contiguous_dp", "hdp", "heft", "list_scheduler", "local_search",
              "m_etf", "m_sct", "m_topo", "metis", "random_placement",
-             "round_robin", "single_device", "stage_pipeline"))
+             "round_robin", "side_offload", "single_device",
+             "stage_pipeline"))

@@ -6,8 +6,8 @@ learning. This is that plain search: start from the best of the cheap
 baselines, then hill climbing over colocation groups with an occasional
 simulated-annealing step.
 
-* Start: single_device, m_topo, m_etf, m_sct, heft, metis, and
-  stage_pipeline where a stage rule applies, each run (its own simulator
+* Start: single_device, m_topo, m_etf, m_sct, heft, metis, side_offload,
+  and stage_pipeline where a stage rule applies, each run (its own simulator
   calls count), then all judged in one batch by the simulator on the same
   topology and costs; the fastest valid one is the start (if none is
   valid, the fastest repaired to fit memory, `repair`).
@@ -52,6 +52,7 @@ from tf_gdp.baselines import m_sct
 from tf_gdp.baselines import m_topo
 from tf_gdp.baselines import metis
 from tf_gdp.baselines import repair
+from tf_gdp.baselines import side_offload
 from tf_gdp.baselines import single_device
 from tf_gdp.baselines import stage_pipeline
 from tf_gdp.cost import topology as topology_lib
@@ -60,7 +61,7 @@ from tf_gdp.graph import scopes
 
 STARTS = {"single_device": single_device.place, "m_topo": m_topo.place,
           "m_etf": m_etf.place, "m_sct": m_sct.place, "heft": heft.place,
-          "metis": metis.place}
+          "metis": metis.place, "side_offload": side_offload.place}
 # Random moves (module doc), then the moves along the current cut.
 PLAIN_MOVES = ("group", "swap", "scope", "chunk")
 BORDER_MOVES = ("border", "shift")

@@ -35,6 +35,7 @@ from tf_gdp.baselines import m_topo
 from tf_gdp.baselines import metis
 from tf_gdp.baselines import random_placement
 from tf_gdp.baselines import round_robin
+from tf_gdp.baselines import side_offload
 from tf_gdp.baselines import single_device
 from tf_gdp.baselines import stage_pipeline
 from tf_gdp.cost import simulator
@@ -110,6 +111,7 @@ METHODS = types.MappingProxyType({
     "metis": metis.place,
     "stage_pipeline": stage_pipeline.place,
     "contiguous_dp": contiguous_dp.place,
+    "side_offload": side_offload.place,
     "local_search": local_search.place,
     "hdp": _LazyMethod("hdp", "tf_gdp.baselines.hdp", "place"),
 })

@@ -39,7 +39,8 @@ from tf_gdp.cost import topology as topology_lib
 # budget); learned ones are named explicitly (budget).
 CLASSIC_METHODS = ("single_device", "human_expert", "random", "round_robin",
                    "m_topo", "m_etf", "m_sct", "heft", "metis",
-                   "stage_pipeline", "contiguous_dp", "local_search")
+                   "stage_pipeline", "contiguous_dp", "side_offload",
+                   "local_search")
 REFERENCE_METHOD = "single_device"
 EXPERT_METHOD = "human_expert"
 

@@ -37,7 +37,7 @@ _METHOD = flags.DEFINE_string(
     "(the learned policy alone; zero-shot, or fine-tuned for "
     "--budget_seconds) or a baseline: single_device, human_expert, random, "
     "round_robin, m_topo, m_etf, m_sct, heft, metis, stage_pipeline, "
-    "contiguous_dp, local_search, hdp.")
+    "contiguous_dp, side_offload, local_search, hdp.")
 _BUDGET = flags.DEFINE_float(
     "budget_seconds", 0.0, "gdp: fine-tune for this long per graph after the "
     "zero-shot placement (0: zero-shot only); auto: the time each of its "

@@ -3,7 +3,8 @@
 Sampling each group's device independently rarely assembles a placement in
 which thousands of ops move together, and some of the best placements are
 of that kind: a balanced cut of parallel branches, or the placement a list
-scheduler builds op by op from start times. Each name in PUSHES is one such
+scheduler builds op by op from start times, or the step's spine on one
+device with its weight gradients and updates beside it. Each name in PUSHES is one such
 placement of the graph, computed once per (graph, topology) without
 simulating it; `features` turns it into a pull towards each op's device
 (observation `placement_features`) and `rl.exploration` gives one sample in
@@ -16,6 +17,7 @@ import numpy as np
 from tf_gdp import errors
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import metis
+from tf_gdp.baselines import side_offload
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
 
@@ -24,21 +26,27 @@ METIS_CUT = "metis_cut"
 # The m-ETF schedule's devices (`baselines.m_etf`): earliest start first,
 # within each device's memory.
 M_ETF = "m_etf"
-PUSHES = (METIS_CUT, M_ETF)
+# The step's spine on one device, side branches (weight gradients, updates)
+# on the others (`baselines.side_offload`).
+SIDE_OFFLOAD = "side_offload"
+PUSHES = (METIS_CUT, M_ETF, SIDE_OFFLOAD)
 
 
 def devices(name: str, graph: op_graph.OpGraph,
             topology: topology_lib.Topology) -> np.ndarray:
   """int64[n]: the device push `name` sends each op to; -1 for none.
 
-  A placement that does not exist here (m-ETF finds no room for a group)
-  pushes no op.
+  A placement that does not exist here (m-ETF or the offload finds no room
+  for a group) pushes no op.
   """
   if name == METIS_CUT:
     return metis.partition_devices(graph, topology)
-  if name == M_ETF:
-    try:
-      return np.asarray(m_etf.place(graph, topology), np.int64)
-    except errors.InputError:
-      return np.full(graph.num_nodes, -1, np.int64)
-  raise ValueError(f"unknown placement push {name!r}")
+  if name not in _PLACERS:
+    raise ValueError(f"unknown placement push {name!r}")
+  try:
+    return np.asarray(_PLACERS[name](graph, topology), np.int64)
+  except errors.InputError:
+    return np.full(graph.num_nodes, -1, np.int64)
+
+
+_PLACERS = {M_ETF: m_etf.place, SIDE_OFFLOAD: side_offload.place}

@@ -49,10 +49,10 @@ REFLOOR_AFTER = 20
 ENTROPY_FLOOR = 0.25
 # The sample of each PUSH_PERIOD rows that leans towards each placement
 # push (`policy.push_placements.PUSHES`) instead of the policy's own draw
-# (`policy.network` module doc): rows 2 and 4, the second and third
-# unpushed samples.
+# (`policy.network` module doc): rows 2, 4 and 6, the second, third and
+# fourth unpushed samples.
 PUSH_PERIOD = 16
-PUSH_ROWS = (2, 4)
+PUSH_ROWS = (2, 4, 6)
 # Each sample's random numbers are drawn as a block of this many columns per
 # device before the EXPLORATION_SIZE that are kept. The block fixes which
 # numbers a seed gives each push, so the published runs' seeds reproduce.
