@@ -761,6 +761,108 @@ def test_diffusion_unet_reads_the_timestep_everywhere_and_its_skips():
                                attention=(2,)), DEVICES)
 
 
+def _tiny_mobilevit(**changes):
+  args = dict(channels=(4, 4, 8, 8, 8, 8, 16), dims=(8, 8, 8),
+              depths=(1, 2, 1), expansion=2, heads=2, image_size=64,
+              batch=2, classes=5)
+  return _variant("tiny_mobilevit", families.MOBILEVIT, **{**args, **changes})
+
+
+def test_mobilevit_attends_across_patches_and_fuses_with_its_input():
+  graph = store.build_graph(_tiny_mobilevit(), DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  forward = {n[len("mobilevit/"):]: (types_[i], graph.output_shapes[i][0])
+             for i, n in enumerate(names)
+             if graph.output_shapes[i] and n.startswith("mobilevit/")}
+  index = graph.node_index
+  inputs = [[] for _ in names]
+  for src, dst in zip(graph.edge_src, graph.edge_dst):
+    inputs[dst].append(src)
+
+  def read(name):
+    """The forward nodes `name` reads directly."""
+    return {names[i][len("mobilevit/"):]
+            for i in inputs[index[f"mobilevit/{name}"]]}
+
+  def scopes(op, part):
+    return sorted(n.split(part)[0] for n, (t, _) in forward.items()
+                  if t == op and part in n)
+
+  # A stride-2 stem, then stages at 32, 16, 8, 4 and 2 pixels; each stage
+  # after the first opens with a stride-2 depthwise convolution.
+  assert forward["stem/Conv2D"][1] == (2, 32, 32, 4)
+  assert sorted((n, s) for n, (t, s) in forward.items()
+                if t == "DepthwiseConv2dNative") == [
+                    ("stage1/mv2_0/depthwise/depthwise", (2, 32, 32, 8)),
+                    ("stage2/mv2_0/depthwise/depthwise", (2, 16, 16, 8)),
+                    ("stage2/mv2_1/depthwise/depthwise", (2, 16, 16, 16)),
+                    ("stage2/mv2_2/depthwise/depthwise", (2, 16, 16, 16)),
+                    ("stage3/mv2_0/depthwise/depthwise", (2, 8, 8, 16)),
+                    ("stage4/mv2_0/depthwise/depthwise", (2, 4, 4, 16)),
+                    ("stage5/mv2_0/depthwise/depthwise", (2, 2, 2, 16))]
+  # Inverted residual blocks add their input where stride and width allow:
+  # stage 1's (4 -> 4 channels) and stage 2's two after its stride-2 block.
+  residuals = {"stage1/mv2_0": "stem/swish/IdentityN",
+               "stage2/mv2_1": "stage2/mv2_0/project/norm/FusedBatchNormV3",
+               "stage2/mv2_2": "stage2/mv2_1/add/add"}
+  assert scopes("AddV2", "/add/") == sorted(residuals)
+  for block, block_input in residuals.items():
+    assert read(f"{block}/add/add") == {
+        block_input, f"{block}/project/norm/FusedBatchNormV3"}, block
+  # MobileViT blocks at 8, 4 and 2 pixels only, with 1, 2 and 1 transformer
+  # layers: the map unfolds into 2x2 patches grouped by their position
+  # inside the patch (the patch axes move ahead of the grid's), so that each
+  # of the batch's 4 positions attends among all 16, 4 and 1 patches.
+  attention = {"stage3/mobilevit/layer0": (8, 2, 16, 16),
+               "stage4/mobilevit/layer0": (8, 2, 4, 4),
+               "stage4/mobilevit/layer1": (8, 2, 4, 4),
+               "stage5/mobilevit/layer0": (8, 2, 1, 1)}
+  assert scopes("Softmax", "/attention/") == sorted(attention)
+  assert len(scopes("BatchMatMulV2", "/attention/")) == 2 * len(attention)
+  for layer, shape in attention.items():
+    assert forward[f"{layer}/attention/Softmax"][1] == shape
+  blocks = {"stage3": (8, 16), "stage4": (4, 4), "stage5": (2, 1)}
+  for stage, (side, patches) in blocks.items():
+    block = f"{stage}/mobilevit"
+    assert forward[f"{block}/unfold/Reshape"][1] == (
+        2, side // 2, 2, side // 2, 2, 8)
+    assert forward[f"{block}/unfold/transpose"][1] == (
+        2, 2, 2, side // 2, side // 2, 8)
+    assert forward[f"{block}/unfold/Reshape_1"][1] == (8, patches, 8)
+    assert f"{block}/to_tokens/Conv2D" in read(f"{block}/unfold/Reshape")
+    assert forward[f"{block}/fold/transpose"][1] == (
+        2, side // 2, 2, side // 2, 2, 8)
+    assert forward[f"{block}/fold/Reshape_1"][1] == (2, side, side, 8)
+    # Folded back and projected, then concatenated with the block's input
+    # (the stride-2 block's output) and fused by a 3x3 convolution.
+    assert f"{block}/fold/Reshape_1" in read(f"{block}/to_channels/Conv2D")
+    assert read(f"{block}/concat/concat") >= {
+        f"{stage}/mv2_0/project/norm/FusedBatchNormV3",
+        f"{block}/to_channels/swish/IdentityN"}
+    assert f"{block}/concat/concat" in read(f"{block}/fuse/Conv2D")
+    assert forward[f"{block}/concat/concat"][1] == (2, side, side, 16)
+    assert forward[f"{block}/fuse/Conv2D"][1] == (2, side, side, 8)
+  assert forward["logits/BiasAdd"][1] == (2, 5)
+  # Adam updates every weight and its two slots: a convolution and its batch
+  # norm's two per normalised convolution (the stem, 3 per inverted residual
+  # block, 3 per MobileViT block and the last), a 1x1 map to the
+  # transformer width and a final layer norm per MobileViT block, 6 layers
+  # of 2 weights per transformer layer, the classifier; batch norm assigns
+  # its two moving statistics.
+  norms = 1 + 3 * 7 + 3 * 3 + 1
+  assert _count(graph, "FusedBatchNormV3") == norms
+  weights = 3 * norms + 3 * (1 + 2) + 12 * 4 + 2
+  assert _count(graph, "AssignSubVariableOp") == weights
+  assert _count(graph, "AssignVariableOp") == 2 * weights + 2 * norms
+  # Every shape is known, the transposes' gradients' too, but batch norm's
+  # reserve space and its gradient's zeros.
+  assert graph.metadata["unknown_shape_nodes"] == 2 * norms
+  with pytest.raises(ValueError, match="multiple of 64"):
+    store.build_graph(_tiny_mobilevit(image_size=96), DEVICES)
+  with pytest.raises(ValueError, match="heads"):
+    store.build_graph(_tiny_mobilevit(dims=(8, 7, 8)), DEVICES)
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

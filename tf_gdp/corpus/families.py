@@ -13,18 +13,21 @@ recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
 PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
-pose estimator and a DDPM diffusion U-Net written with tf_keras layers
-(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
-`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
-`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`), Keras 3
-applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
-with knobs) and generated graphs (`tf_gdp.graph.generators`).
+pose estimator, a DDPM diffusion U-Net and a MobileViT image classifier
+written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
+`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
+`conformer`, `hrnet`, `diffusion`, `mobilevit`), Keras 3 applications and
+layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs) and
+generated graphs (`tf_gdp.graph.generators`). The evaluation families'
+variant names and arguments come from `eval_variants`.
 """
 
 import dataclasses
 import types
 from typing import Mapping, Tuple
 
+from tf_gdp.corpus import eval_variants
 from tf_gdp.corpus import sizes
 
 TRAIN = "train"
@@ -34,12 +37,12 @@ SPLITS = (TRAIN, EVAL)
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
- SWIN, CONFORMER, HRNET, DIFFUSION) = (
+ SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
-     "conformer", "hrnet", "diffusion")
+     "conformer", "hrnet", "diffusion", "mobilevit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,188 +89,6 @@ def _language_models(family, kind, sizes):
       args["vocab"] = size[5]
     out.append((f"{family}_l{layers}_h{hidden}_s{seq}_b{batch}", args))
   return _variants(family, kind, out)
-
-
-def _translations(sizes):
-  """(encoder layers, decoder layers, hidden, heads, source = target
-  length, batch) per variant."""
-  return _variants("translation", TRANSLATION, [
-      (f"translation_e{enc}_d{dec}_h{hidden}_s{seq}_b{batch}",
-       dict(encoder_layers=enc, decoder_layers=dec, hidden=hidden,
-            heads=heads, source_seq=seq, target_seq=seq, batch=batch))
-      for enc, dec, hidden, heads, seq, batch in sizes])
-
-
-def _acoustic_models(sizes):
-  """(bidirectional GRU layers, hidden, frames, batch) per variant."""
-  return _variants("speech", SPEECH, [
-      (f"speech_l{layers}_h{hidden}_f{frames}_b{batch}",
-       dict(layers=layers, hidden=hidden, frames=frames, batch=batch))
-      for layers, hidden, frames, batch in sizes])
-
-
-def _video_classifiers(sizes):
-  """(blocks per stage, frames, image size, batch) per variant."""
-  return _variants("video", VIDEO, [
-      (f"r2plus1d_k{blocks}_t{frames}_i{image}_b{batch}",
-       dict(blocks=blocks, frames=frames, image_size=image, batch=batch))
-      for blocks, frames, image, batch in sizes])
-
-
-def _point_clouds(sizes):
-  """(task, points, batch) per variant; task "cls" (40 classes per cloud)
-  or "seg" (50 part labels per point)."""
-  return _variants("pointnet", POINTNET, [
-      (f"pointnet_{task}_n{points}_b{batch}",
-       dict(points=points, batch=batch, segment=task == "seg",
-            classes=50 if task == "seg" else 40))
-      for task, points, batch in sizes])
-
-
-def _swins(sizes):
-  """(embed dim, depths per stage, heads per stage, image size, batch) per
-  variant; 4x4 patches, 7x7 windows, 1000 classes."""
-  return _variants("swin", SWIN, [
-      (f"swin_c{embed}_d{sum(depths)}_i{image}_b{batch}",
-       dict(image_size=image, embed_dim=embed, depths=depths, heads=heads,
-            window=7, batch=batch))
-      for embed, depths, heads, image, batch in sizes])
-
-
-def _conformers(sizes):
-  """(model width, blocks, heads, frames, batch) per variant; 80 log-mel
-  bins, depthwise kernel 31, 256 subword units and a blank."""
-  return _variants("conformer", CONFORMER, [
-      (f"conformer_d{width}_l{blocks}_f{frames}_b{batch}",
-       dict(d_model=width, blocks=blocks, heads=heads, frames=frames,
-            batch=batch))
-      for width, blocks, heads, frames, batch in sizes])
-
-
-def _hrnets(sizes):
-  """(width W, image height, image width, batch) per variant; HRNet's
-  modules (1, 4, 3) and 4 blocks per branch, 17 keypoints."""
-  return _variants("hrnet", HRNET, [
-      (f"hrnet_w{width}_i{height}x{image_width}_b{batch}",
-       dict(width=width, image_size=(height, image_width), batch=batch))
-      for width, height, image_width, batch in sizes])
-
-
-def _diffusions(sizes):
-  """(base channels, level multipliers, attention sides, image size,
-  batch) per variant; 2 residual blocks per level, one attention head."""
-  return _variants("diffusion", DIFFUSION, [
-      (f"diffusion_c{channels}_i{image}_b{batch}",
-       dict(channels=channels, multipliers=multipliers, attention=attention,
-            image_size=image, batch=batch))
-      for channels, multipliers, attention, image, batch in sizes])
-
-
-def _gans(sizes):
-  """(image size, base filters, batch) per variant."""
-  return _variants("gan", GAN, [
-      (f"dcgan_i{image}_f{filters}_b{batch}",
-       dict(image_size=image, base_filters=filters, batch=batch))
-      for image, filters, batch in sizes])
-
-
-def _detectors(sizes):
-  """(image size, backbone width, batch) per variant."""
-  return _variants("detector", DETECTOR, [
-      (f"detector_i{image}_w{width}_b{batch}",
-       dict(image_size=image, width=width, batch=batch))
-      for image, width, batch in sizes])
-
-
-def _switch_transformers(sizes):
-  """(layers, hidden, experts, sequence length, batch) per variant."""
-  return _variants("moe", MOE, [
-      (f"switch_l{layers}_h{hidden}_e{experts}_s{seq}_b{batch}",
-       dict(layers=layers, hidden=hidden, experts=experts, seq=seq,
-            batch=batch))
-      for layers, hidden, experts, seq, batch in sizes])
-
-
-def _graph_classifiers(sizes):
-  """(layers, hidden, nodes per graph, batch) per variant."""
-  return _variants("gnn", GNN, [
-      (f"gin_l{layers}_h{hidden}_n{nodes}_b{batch}",
-       dict(layers=layers, hidden=hidden, nodes=nodes, batch=batch))
-      for layers, hidden, nodes, batch in sizes])
-
-
-def _dual_encoders(sizes):
-  """(image layers, text layers, hidden, text length, batch) per variant;
-  224x224 images in 16x16 patches, 8 heads."""
-  return _variants("dual_encoder", DUAL_ENCODER, [
-      (f"clip_i{image}_t{text}_h{hidden}_s{seq}_b{batch}",
-       dict(image_layers=image, text_layers=text, hidden=hidden, heads=8,
-            image_size=224, patch=16, text_seq=seq, batch=batch))
-      for image, text, hidden, seq, batch in sizes])
-
-
-def _perceivers(sizes):
-  """(latents, hidden, latent layers, repeats, batch) per variant; 224x224
-  images in 8x8 patches, 8 heads."""
-  return _variants("perceiver", PERCEIVER, [
-      (f"perceiver_n{latents}_h{hidden}_l{layers}_r{repeats}_b{batch}",
-       dict(latents=latents, hidden=hidden, layers=layers, repeats=repeats,
-            image_size=224, patch=8, batch=batch))
-      for latents, hidden, layers, repeats, batch in sizes])
-
-
-def _keras3_models(applications, decoders):
-  """Keras 3 applications at (name, image size, batch), and decoders at
-  (layers, hidden, heads, sequence length, batch)."""
-  named = [(f"keras3_{name.lower()}_{image}_b{batch}", KERAS3_APPLICATION,
-            dict(application=name, image_size=image, batch=batch))
-           for name, image, batch in applications]
-  named += [(f"keras3_decoder_l{layers}_h{hidden}_s{seq}_b{batch}",
-             KERAS3_DECODER, dict(layers=layers, hidden=hidden, heads=heads,
-                                  seq=seq, batch=batch))
-            for layers, hidden, heads, seq, batch in decoders]
-  return tuple(Variant(name, "keras3", kind, types.MappingProxyType(args))
-               for name, kind, args in named)
-
-
-def _unets(sizes):
-  """(depth, filters, image size, batch) per variant."""
-  return _variants("unet", UNET, [
-      (f"unet_d{depth}_f{filters}_i{image}_b{batch}",
-       dict(depth=depth, filters=filters, image_size=image, batch=batch))
-      for depth, filters, image, batch in sizes])
-
-
-def _mixers(sizes):
-  """(layers, hidden, token MLP, channel MLP, patch, image size, batch)."""
-  named = []
-  for layers, hidden, token, channel, patch, image, batch in sizes:
-    named.append((f"mixer_l{layers}_h{hidden}_p{patch}_i{image}_b{batch}",
-                  dict(layers=layers, hidden=hidden, token_mlp=token,
-                       channel_mlp=channel, patch=patch, image_size=image,
-                       batch=batch)))
-  return _variants("mlp_mixer", MIXER, named)
-
-
-# Rows per categorical feature of a click log: a few features with millions
-# of values, many with tens to thousands. A variant hashes each into at most
-# `max_rows` rows.
-_CLICK_LOG_ROWS = (
-    1_500, 600, 10_000_000, 2_200_000, 300, 24, 12_500, 650, 3, 93_000,
-    5_700, 8_400_000, 3_200, 27, 15_000, 5_500_000, 10, 5_700, 2_200, 4,
-    7_000_000, 18, 15, 290_000, 105, 140_000)
-
-
-def _dlrms(sizes):
-  """(features, max rows, embedding dim, bottom MLP, top MLP, batch)."""
-  named = []
-  for features, max_rows, dim, bottom, top, batch in sizes:
-    rows = tuple(min(r, max_rows) for r in _CLICK_LOG_ROWS[:features])
-    named.append((f"dlrm_t{features}_r{max_rows // 1000}k_d{dim}_b{batch}",
-                  dict(vocabularies=rows, embedding_dim=dim,
-                       dense_features=13, bottom=bottom, top=top,
-                       batch=batch)))
-  return _variants("recommender", DLRM, named)
 
 
 def _zoo(family, items):
@@ -377,97 +198,123 @@ _FAMILIES = (
            _zoo("amoebanet", [("amoebanet", {})])),
     Family("unet", EVAL, "U-Net segmentation, skip concatenations, Adam "
            "(corpus.vision_models)",
-           _unets([(3, 32, 128, 8), (4, 64, 256, 16), (5, 64, 512, 8)])),
+           _variants("unet", UNET, eval_variants.unets([
+               (3, 32, 128, 8), (4, 64, 256, 16), (5, 64, 512, 8)]))),
     Family("mlp_mixer", EVAL, "MLP-Mixer classifier, token mixing across "
            "patches, Adam (corpus.vision_models)",
-           _mixers([(8, 512, 256, 2048, 16, 224, 32),
-                    (12, 768, 384, 3072, 16, 224, 48),
-                    (12, 768, 384, 3072, 16, 224, 128)])),
+           _variants("mlp_mixer", MIXER, eval_variants.mixers([
+               (8, 512, 256, 2048, 16, 224, 32),
+               (12, 768, 384, 3072, 16, 224, 48),
+               (12, 768, 384, 3072, 16, 224, 128)]))),
     Family("recommender", EVAL, "DLRM-style click model, embedding tables, "
            "dot interactions, Adam (corpus.recommenders)",
-           _dlrms([(8, 100_000, 16, (64, 32), (64, 32), 512),
-                   (26, 1_000_000, 64, (512, 256), (512, 256), 4096),
-                   (26, 1_500_000, 128, (512, 256), (1024, 1024, 512, 256),
-                    2048)])),
+           _variants("recommender", DLRM, eval_variants.dlrms([
+               (8, 100_000, 16, (64, 32), (64, 32), 512),
+               (26, 1_000_000, 64, (512, 256), (512, 256), 4096),
+               (26, 1_500_000, 128, (512, 256), (1024, 1024, 512, 256),
+                2048)]))),
     Family("resnet_rs", EVAL, "tf_keras.applications ResNet-RS "
            "(squeeze-and-excitation, ResNet-D stem)",
            _keras("resnet_rs", "ResNetRS50", [(160, 32)])
            + _keras("resnet_rs", "ResNetRS101", [(192, 128)])),
     Family("translation", EVAL, "Transformer encoder-decoder translation "
            "model, cross-attention, Adam (corpus.transformers)",
-           _translations([(3, 3, 512, 8, 64, 64), (6, 6, 512, 8, 128, 64),
-                          (6, 6, 1024, 16, 256, 32)])),
+           _variants("translation", TRANSLATION, eval_variants.translations([
+               (3, 3, 512, 8, 64, 64), (6, 6, 512, 8, 128, 64),
+               (6, 6, 1024, 16, 256, 32)]))),
     Family("speech", EVAL, "DeepSpeech-2-style acoustic model: 2-D "
            "convolutions, bidirectional GRUs, per-frame softmax, Adam "
            "(corpus.speech)",
-           _acoustic_models([(2, 256, 40, 32), (3, 512, 40, 64),
-                             (4, 1024, 40, 256)])),
+           _variants("speech", SPEECH, eval_variants.acoustic_models([
+               (2, 256, 40, 32), (3, 512, 40, 64), (4, 1024, 40, 256)]))),
     Family("gan", EVAL, "DCGAN: a generator and a discriminator trained in "
            "one step, two tapes, two Adams (corpus.gan)",
-           _gans(sizes.GAN_SIZES)),
+           _variants("gan", GAN, eval_variants.gans(sizes.GAN_SIZES))),
     Family("detector", EVAL, "single-stage object detector: residual "
            "backbone, feature pyramid, class and box heads per level, Adam "
            "(corpus.detector)",
-           _detectors(sizes.DETECTOR_SIZES)),
+           _variants("detector", DETECTOR,
+                     eval_variants.detectors(sizes.DETECTOR_SIZES))),
     Family("moe", EVAL, "Switch-Transformer-style masked LM: every other "
            "feed-forward layer routed top-1 to experts with their own "
            "weights, capacity-limited dense dispatch, load-balancing loss, "
            "Adam (corpus.moe)",
-           _switch_transformers(sizes.MOE_SIZES)),
+           _variants("moe", MOE,
+                     eval_variants.switch_transformers(sizes.MOE_SIZES))),
     Family("gnn", EVAL, "GIN graph classifier: sum aggregation over a dense "
            "adjacency, an MLP with batch norm per layer, a readout from "
            "every layer, Adam (corpus.gnn)",
-           _graph_classifiers(sizes.GNN_SIZES)),
+           _variants("gnn", GNN,
+                     eval_variants.graph_classifiers(sizes.GNN_SIZES))),
     Family("keras3", EVAL, "Keras 3 (the keras package, not tf_keras): "
            "keras.applications InceptionV3 and ConvNeXtSmall, and a "
            "decoder-only language model of keras.layers; Keras losses, "
            "keras.optimizers.Adam (corpus.keras3_models)",
-           _keras3_models(sizes.KERAS3_APPLICATIONS, sizes.KERAS3_DECODERS)),
+           _variants("keras3", KERAS3_APPLICATION,
+                     eval_variants.keras3_applications(
+                         sizes.KERAS3_APPLICATIONS))
+           + _variants("keras3", KERAS3_DECODER,
+                       eval_variants.keras3_decoders(sizes.KERAS3_DECODERS))),
     Family("dual_encoder", EVAL, "CLIP-style dual encoder: a ViT-style image "
            "tower and a causal text tower side by side, joined by a "
            "symmetric contrastive loss with a learned temperature, Adam "
            "(corpus.dual_encoder)",
-           _dual_encoders(sizes.DUAL_ENCODER_SIZES)),
+           _variants("dual_encoder", DUAL_ENCODER,
+                     eval_variants.dual_encoders(sizes.DUAL_ENCODER_SIZES))),
     Family("perceiver", EVAL, "Perceiver-style image classifier: a learned "
            "latent array cross-attends to image patches, then latent "
            "self-attention blocks; cross-attention and blocks applied again "
            "with the same weights, Adam (corpus.perceiver)",
-           _perceivers(sizes.PERCEIVER_SIZES)),
+           _variants("perceiver", PERCEIVER,
+                     eval_variants.perceivers(sizes.PERCEIVER_SIZES))),
     Family("video", EVAL, "R(2+1)D video classifier: residual blocks of "
            "per-frame 2-D and per-pixel temporal convolutions, Adam "
            "(corpus.video)",
-           _video_classifiers([(1, 8, 112, 8), (2, 16, 112, 16),
-                               (2, 16, 160, 16)])),
+           _variants("video", VIDEO, eval_variants.video_classifiers([
+               (1, 8, 112, 8), (2, 16, 112, 16), (2, 16, 160, 16)]))),
     Family("pointnet", EVAL, "PointNet point-cloud classifier and part "
            "segmenter: shared per-point MLPs behind learned 3x3 and 64x64 "
            "transforms, a max over the points, an orthogonality penalty, "
            "Adam (corpus.pointnet)",
-           _point_clouds(sizes.POINTNET_SIZES)),
+           _variants("pointnet", POINTNET,
+                     eval_variants.point_clouds(sizes.POINTNET_SIZES))),
     Family("swin", EVAL, "Swin Transformer image classifier: four stages "
            "of window attention with relative position biases, every other "
            "block on windows shifted by tf.roll with a mask, patch merging "
            "between stages, Adam (corpus.swin)",
-           _swins(sizes.SWIN_SIZES)),
+           _variants("swin", SWIN, eval_variants.swins(sizes.SWIN_SIZES))),
     Family("conformer", EVAL, "Conformer speech recognizer: a strided "
            "convolutional front end, then blocks of half-step feed-forward, "
            "self-attention with relative positions, a convolution module "
            "(GLU, depthwise convolution, batch norm) and half-step "
            "feed-forward; CTC loss, Adam (corpus.conformer)",
-           _conformers(sizes.CONFORMER_SIZES)),
+           _variants("conformer", CONFORMER,
+                     eval_variants.conformers(sizes.CONFORMER_SIZES))),
     Family("hrnet", EVAL, "HRNet pose estimator: a strided stem and "
            "bottleneck blocks, then stages of 2, 3 and 4 parallel "
            "resolution branches of residual blocks, each module ending in an "
            "exchange unit that sums every branch resampled to every other "
            "(strided convolutions down, 1x1 convolution and nearest "
            "upsampling up); heatmap MSE loss, Adam (corpus.hrnet)",
-           _hrnets(sizes.HRNET_SIZES)),
+           _variants("hrnet", HRNET, eval_variants.hrnets(sizes.HRNET_SIZES))),
     Family("diffusion", EVAL, "DDPM denoising diffusion U-Net: residual "
            "blocks with group norm, each reading a sinusoidal timestep "
            "embedding, self-attention over whole maps at chosen sides, "
            "strided convolutions down, nearest resizing up, skip "
            "concatenations; noise-prediction MSE loss, Adam "
            "(corpus.diffusion)",
-           _diffusions(sizes.DIFFUSION_SIZES)),
+           _variants("diffusion", DIFFUSION,
+                     eval_variants.diffusions(sizes.DIFFUSION_SIZES))),
+    Family("mobilevit", EVAL, "MobileViT image classifier: MobileNetV2 "
+           "inverted residual blocks (1x1 expansion, 3x3 depthwise, 1x1 "
+           "projection), and at 1/8, 1/16 and 1/32 of the image MobileViT "
+           "blocks: a local convolution, the map unfolded into 2x2 patches "
+           "so that transformer layers attend across patches at each "
+           "position within them, folded back, concatenated with the "
+           "block's input and fused by a convolution; batch norm, swish, "
+           "softmax cross-entropy, Adam (corpus.mobilevit)",
+           _variants("mobilevit", MOBILEVIT, eval_variants.mobilevits(
+               sizes.MOBILEVIT_SIZES, sizes.MOBILEVIT_WIDTHS))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

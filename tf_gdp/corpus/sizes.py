@@ -1,7 +1,7 @@
 """Sizes of the later evaluation families' variants (`families`).
 
-Each tuple is one variant's size, in the order its family's builder in
-`families` documents. The sizes were chosen before any placement of the
+Each tuple is one variant's size, in the order its family's function in
+`eval_variants` documents. The sizes were chosen before any placement of the
 family, by one-device peak memory only: some fit one device easily, some
 barely, some not at all.
 """
@@ -41,3 +41,13 @@ DIFFUSION_SIZES = ((64, (1, 2, 2, 2), (16,), 32, 48),
                    (128, (1, 2, 2, 2), (16,), 32, 64),
                    (96, (1, 2, 3, 4), (16,), 64, 36),
                    (128, (1, 2, 3, 4), (16,), 64, 56))
+# MobileViT: (model, image size, batch), by one-device peak memory only; a
+# model's 7 channel widths, 3 transformer widths and expansion, as in the
+# paper's XXS, XS and S.
+MOBILEVIT_WIDTHS = {
+    "xxs": ((16, 16, 24, 48, 64, 80, 320), (64, 80, 96), 2),
+    "xs": ((16, 32, 48, 64, 80, 96, 384), (96, 120, 144), 4),
+    "s": ((16, 32, 64, 96, 128, 160, 640), (144, 192, 240), 4),
+}
+MOBILEVIT_SIZES = (("xxs", 256, 32), ("xs", 256, 32), ("s", 256, 44),
+                   ("s", 320, 64))

@@ -121,6 +121,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import gnn
   from tf_gdp.corpus import hrnet
   from tf_gdp.corpus import keras3_models
+  from tf_gdp.corpus import mobilevit
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import perceiver
   from tf_gdp.corpus import pointnet
@@ -163,6 +164,7 @@ def _extract(variant: families.Variant):
       families.CONFORMER: lambda: conformer.conformer(**args),
       families.HRNET: lambda: hrnet.hrnet(**args),
       families.DIFFUSION: lambda: diffusion.diffusion(**args),
+      families.MOBILEVIT: lambda: mobilevit.mobilevit(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
