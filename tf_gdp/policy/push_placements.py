@@ -2,13 +2,13 @@
 
 Sampling each group's device independently rarely assembles a placement in
 which thousands of ops move together, and some of the best placements are
-of that kind: a balanced cut of parallel branches, or the placement a list
+of that kind: a balanced cut of parallel branches, the placement a list
 scheduler builds op by op from start times, or the step's spine on one
-device with its weight gradients and updates beside it. Each name in PUSHES is one such
-placement of the graph, computed once per (graph, topology) without
-simulating it; `features` turns it into a pull towards each op's device
-(observation `placement_features`) and `rl.exploration` gives one sample in
-16 a gain along it. The samples are then judged like every other, so a push
+device with its weight gradients and updates beside it. Each name in PUSHES
+is one such placement of the graph, computed once per (graph, topology)
+without simulating it; `features` turns it into a pull towards each op's
+device (observation `placement_features`) and `rl.exploration` gives one
+sample in 16 a gain along it. The samples are then judged like every other, so a push
 costs the search its sample and nothing else.
 """
 

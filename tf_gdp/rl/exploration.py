@@ -4,9 +4,10 @@ Two mechanisms keep a policy's samples from repeating one placement:
 
 * Pushes (`exploration_noise`): every other sample leans, with a random
   gain, towards sending each stage of the graph's main stack of numbered
-  blocks to its own device, and one in 16 towards a balanced cut of the
-  graph, one part per device (`policy.network` module doc): whole-layer or
-  whole-branch moves that sampling group by group almost never finds.
+  blocks to its own device, and one in 16 each towards a balanced cut of
+  the graph (one part per device), m-ETF's schedule and the side-branch
+  offload (`policy.network` module doc): whole-layer or whole-branch moves
+  that sampling group by group almost never finds.
 * The entropy floor (`entropy_floor_scale`, `apply_entropy_floor`): a policy
   too certain on a graph has its logits scaled down until it explores again;
   fine-tuning and zero-shot sampling start there, and single-graph training
