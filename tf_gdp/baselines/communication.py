@@ -69,6 +69,16 @@ def levels(view: common.GroupView, op_time: np.ndarray,
                                plan.edge_dst, op_time, edge_time)
 
 
+def levels_from_entry(view: common.GroupView, op_time: np.ndarray,
+                      edge_time: np.ndarray) -> np.ndarray:
+  """float[n] longest path from an entry to each op, its own time included
+  (op + edge times): `levels` on the reversed graph."""
+  plan = simulator.prepare(view.graph)
+  return _longest_path_to_exit(plan.order[::-1].copy(), plan.in_ptr,
+                               plan.in_edges, plan.edge_src, op_time,
+                               edge_time)
+
+
 @compiled.jit
 def _longest_path_to_exit(order, out_ptr, out_edges, edge_dst, op_time,
                           edge_time):

@@ -46,7 +46,6 @@ from scipy import sparse
 
 from tf_gdp.baselines import common
 from tf_gdp.baselines import communication
-from tf_gdp.cost import compiled
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -99,8 +98,7 @@ def side_groups(view: common.GroupView) -> np.ndarray:
   # through control edges, and would otherwise put them all upstream of it.
   data_only = np.where(plan.edge_tensor >= 0, 0.0, -np.inf)
   below = communication.levels(view, op_time, data_only)
-  above = _longest_path_from_entry(plan.order, plan.in_ptr, plan.in_edges,
-                                   plan.edge_src, op_time, data_only)
+  above = communication.levels_from_entry(view, op_time, data_only)
   through = above + below - op_time
   spine = through >= through.max(initial=0.0) * (1 - _ON_PATH)
   reaches = communication.levels(view, spine.astype(np.float64),
@@ -191,21 +189,3 @@ def _make_room(view: common.GroupView, model: common.MemoryModel,
     group_device[members] = others[target]
     used[spine_device] -= need[k]
     used[others[target]] += need[k]
-
-
-@compiled.jit
-def _longest_path_from_entry(order, in_ptr, in_edges, edge_src, op_time,
-                             edge_time):
-  """float[n] longest path from an entry to each op, its own time included
-  (op + edge times; an edge of time -inf is not followed)."""
-  level = np.zeros(order.shape[0], np.float64)
-  for k in range(order.shape[0]):
-    v = order[k]
-    best = 0.0
-    for i in range(in_ptr[v], in_ptr[v + 1]):
-      e = in_edges[i]
-      value = edge_time[e] + level[edge_src[e]]
-      if value > best:
-        best = value
-    level[v] = op_time[v] + best
-  return level
