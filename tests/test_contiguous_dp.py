@@ -87,3 +87,29 @@ def test_many_forward_ops_use_candidate_cuts():
   small = baselines.run("contiguous_dp", graph, _topo(4), max_cuts=16)
   assert all(len(s["bounds"]) == s["stages"] for s in small.info["splits"])
   assert simulator.simulate(graph, small.placement, _topo(4)).valid
+
+
+
+def test_fewest_stages_is_one_device_when_the_step_fits_and_judges_nothing(
+    monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError("a push must not judge placements")
+  monkeypatch.setattr(simulator, "simulate_batch", refuse)
+  placement = contiguous_dp.fewest_stages(
+      _training_chain(10, memory=10 * MIB), _topo(4))
+  assert len(set(placement.tolist())) == 1
+
+
+def test_fewest_stages_cuts_only_as_often_as_memory_needs():
+  # Four layers' variables fit on a device, five do not: ten layers need
+  # three of the four devices, each a contiguous run of whole layers with
+  # its gradients and updates.
+  graph = _training_chain(10, memory=100 * MIB)
+  topo = _topo(4, memory=500 * MIB)
+  placement = contiguous_dp.fewest_stages(graph, topo)
+  forward = placement[:10]
+  assert len(set(forward.tolist())) == 3
+  assert (np.diff(forward) >= 0).all()
+  np.testing.assert_array_equal(placement[10:20], forward[::-1])
+  np.testing.assert_array_equal(placement[20:], forward)
+  assert simulator.simulate(graph, placement, topo).valid

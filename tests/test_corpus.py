@@ -863,6 +863,99 @@ def test_mobilevit_attends_across_patches_and_fuses_with_its_input():
     store.build_graph(_tiny_mobilevit(dims=(8, 7, 8)), DEVICES)
 
 
+def _tiny_deeplab(**changes):
+  args = dict(blocks=(1, 1, 2, 1), width=4, aspp=8, low_level=48, decoder=8,
+              image_size=64, batch=2, classes=5)
+  return _variant("tiny_deeplab", families.DEEPLAB, **{**args, **changes})
+
+
+def test_deeplab_joins_five_atrous_branches_and_a_stride_4_skip():
+  graph = store.build_graph(_tiny_deeplab(), DEVICES)
+  names, types_ = graph.node_names, graph.op_types
+  forward = {n[len("deeplab/"):]: (types_[i], graph.output_shapes[i][0])
+             for i, n in enumerate(names)
+             if graph.output_shapes[i] and n.startswith("deeplab/")}
+  index = graph.node_index
+  inputs = [[] for _ in names]
+  for src, dst in zip(graph.edge_src, graph.edge_dst):
+    inputs[dst].append(src)
+
+  def read(name):
+    """The forward ops but constants that `name` reads directly."""
+    return {names[i][len("deeplab/"):]
+            for i in inputs[index[f"deeplab/{name}"]]
+            if types_[i] != "Const"}
+
+  # Output stride 16: the stem and its pool to 16 pixels, stages 2 and 3
+  # halve it, stage 4 keeps 4 (a quarter of the image's 64 / 16).
+  sides = {"stem/conv/relu/Relu": 32, "stem/pool/MaxPool": 16,
+           "stage1/block0/relu/Relu": 16, "stage2/block0/relu/Relu": 8,
+           "stage3/block1/relu/Relu": 4, "stage4/block0/relu/Relu": 4}
+  for name, side in sides.items():
+    assert forward[name][1][1:3] == (side, side), name
+  # The last stage dilates instead of striding: its 3x3 convolution runs
+  # on 2x2 = 4 interleaved copies of the map (SpaceToBatchND, batch 2 x 4),
+  # and its projection keeps the side.
+  last = "stage4/block0/conv1/Conv2D"
+  assert forward[f"{last}/SpaceToBatchND"][1][0] == 2 * 2 ** 2
+  assert read(f"{last}/SpaceToBatchND") == {"stage4/block0/conv0/relu/Relu"}
+  assert read(last) >= {f"{last}/SpaceToBatchND"}
+  assert read(f"{last}/BatchToSpaceND") == {last}
+  assert forward[f"{last}/BatchToSpaceND"][1] == (2, 4, 4, 32)
+  assert forward["stage4/block0/project/Conv2D"][1] == (2, 4, 4, 128)
+  assert sorted(n for n, (t, _) in forward.items()
+                if t == "SpaceToBatchND") == sorted(
+                    [f"{last}/SpaceToBatchND"] +
+                    [f"aspp/atrous{r}/Conv2D/SpaceToBatchND"
+                     for r in (6, 12, 18)])
+  # Five branches read the backbone's output and meet in one concat: a 1x1
+  # convolution, 3x3 convolutions at dilations 6, 12 and 18 (batches of
+  # 2 x rate^2 copies) and image-level pooling resized back to 4x4.
+  backbone = "stage4/block0/relu/Relu"
+  branches = {"aspp/conv1x1/relu/Relu",
+              "aspp/pool/resize/resize/ResizeBilinear"}
+  for rate in (6, 12, 18):
+    atrous = f"aspp/atrous{rate}/Conv2D"
+    assert read(f"{atrous}/SpaceToBatchND") == {backbone}
+    assert forward[f"{atrous}/SpaceToBatchND"][1][0] == 2 * rate ** 2
+    assert f"{atrous}/SpaceToBatchND" in read(atrous)
+    assert read(f"{atrous}/BatchToSpaceND") == {atrous}
+    assert forward[f"{atrous}/BatchToSpaceND"][1] == (2, 4, 4, 8)
+    branches.add(f"aspp/atrous{rate}/relu/Relu")
+  assert backbone in read("aspp/conv1x1/Conv2D")
+  assert read("aspp/pool/mean/Mean") == {backbone}
+  assert forward["aspp/pool/conv/relu/Relu"][1] == (2, 1, 1, 8)
+  assert read("aspp/concat/concat") == branches
+  assert forward["aspp/concat/concat"][1] == (2, 4, 4, 5 * 8)
+  assert "aspp/concat/concat" in read("aspp/project/Conv2D")
+  # The decoder: the pyramid resized 4x beside stage 1's stride-4 output
+  # projected to 48 channels, two 3x3 convolutions, logits at the image.
+  assert read("decoder/upsample/resize/ResizeBilinear") == {
+      "aspp/project/relu/Relu"}
+  assert "stage1/block0/relu/Relu" in read("decoder/low_level/Conv2D")
+  assert forward["decoder/low_level/relu/Relu"][1] == (2, 16, 16, 48)
+  assert read("decoder/concat/concat") == {
+      "decoder/upsample/resize/ResizeBilinear", "decoder/low_level/relu/Relu"}
+  assert forward["decoder/concat/concat"][1] == (2, 16, 16, 8 + 48)
+  assert "decoder/concat/concat" in read("decoder/conv0/Conv2D")
+  assert "decoder/conv0/relu/Relu" in read("decoder/conv1/Conv2D")
+  assert forward["resize/resize/ResizeBilinear"][1] == (2, 64, 64, 5)
+  # Adam updates every weight and its two slots: a convolution and its batch
+  # norm's two per normalised convolution (the stem, 3 per block, 4
+  # projections, 6 in the pyramid, 3 in the decoder), the logits' kernel
+  # and bias; batch norm assigns its two moving statistics.
+  norms = 1 + 3 * 5 + 4 + 6 + 3
+  assert _count(graph, "FusedBatchNormV3") == norms
+  weights = 3 * norms + 2
+  assert _count(graph, "AssignSubVariableOp") == weights
+  assert _count(graph, "AssignVariableOp") == 2 * weights + 2 * norms
+  assert graph.metadata["unknown_shape_nodes"] == 2 * norms
+  with pytest.raises(ValueError, match="multiple of 16"):
+    store.build_graph(_tiny_deeplab(image_size=72), DEVICES)
+  with pytest.raises(ValueError, match="4 counts"):
+    store.build_graph(_tiny_deeplab(blocks=(1, 1, 1)), DEVICES)
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

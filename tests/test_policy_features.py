@@ -214,8 +214,9 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
       edge_bytes=[e[2] for e in edges], device_kinds=kinds)
   topology = _topo(("GPU", "GPU", "CPU"))
   inputs = features.policy_inputs(graph, topology)
-  assert push_placements.PUSHES == ("metis_cut", "m_etf", "side_offload")
-  by_node = np.zeros((7, 6), np.float32)
+  assert push_placements.PUSHES == ("metis_cut", "m_etf", "side_offload",
+                                    "contiguous_split")
+  by_node = np.zeros((7, 8), np.float32)
   by_node[inputs.order] = inputs.placement_features[:inputs.num_nodes]
   assert by_node[:6, 1].tolist() == [1.0] * 6 and by_node[6, 1] == 0.0
   first, second = by_node[:3, 0], by_node[3:6, 0]
@@ -234,6 +235,10 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   np.testing.assert_array_equal(offloaded, [0] * 6 + [2])
   np.testing.assert_array_equal(by_node[:, 5], np.ones(7))
   np.testing.assert_array_equal(by_node[:, 4], np.zeros(7))
+  # The fewest contiguous stages: everything fits the first GPU (the
+  # CPU-only sink goes where it must).
+  np.testing.assert_array_equal(by_node[:, 7], np.ones(7))
+  np.testing.assert_array_equal(by_node[:, 6], np.zeros(7))
   # One primary device: nothing to cut.
   alone = features.policy_inputs(graph, _topo(("GPU", "CPU")))
   assert not alone.placement_features[:, :2].any()
@@ -252,5 +257,5 @@ def test_a_placement_that_does_not_exist_pushes_no_op():
     m_etf.place(graph, topology)
   inputs = features.policy_inputs(graph, topology)
   placed = inputs.placement_features[:inputs.num_nodes]
-  assert not placed[:, 2:].any()  # nor does the offload
+  assert not placed[:, 2:].any()  # nor do the offload and the fewest stages
   assert placed[:, 1].all()

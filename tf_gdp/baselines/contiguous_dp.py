@@ -33,6 +33,9 @@ memory estimate, the unconstrained best split is repaired
 (`common.repair_memory`) and the info says so.
 """
 
+import dataclasses
+from typing import Callable
+
 import numpy as np
 
 from tf_gdp.baselines import common
@@ -46,40 +49,16 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
           memory_headroom: float = common.DEFAULT_HEADROOM) -> np.ndarray:
   """The fastest simulated of the DP's best contiguous splits (module doc)."""
   del seed  # deterministic
-  view = common.group_view(graph, topology)
-  model = common.memory_model(view, activation_fraction=activation_fraction,
-                              memory_headroom=memory_headroom)
-  backward = layer_order.backward_ops(graph)
-  forward = layer_order.forward_order(graph, backward)
-  owner = layer_order.owners(graph, backward, forward)
-  position = np.full(graph.num_nodes, -1, np.int64)
-  position[forward] = np.arange(forward.size)
-  pos = position[owner]  # every op's position in the forward order
-  devices = view.primary
-  f = model.activation_fraction
-  need = graph.memory_bytes + f * graph.output_bytes.astype(np.float64)
-  work = np.stack([np.bincount(pos, weights=view.tables.duration_us[:, j],
-                               minlength=forward.size) for j in devices])
-  memory = np.bincount(pos, weights=need, minlength=forward.size)
-  cut = layer_order.cut_bytes(graph, pos, forward.size)
-  cuts = _candidate_cuts(work[0], cut, max_cuts)
-  splits = _dp(view, devices, work, memory, cut, cuts, model.budget[devices])
-  common.note("forward_ops", int(forward.size))
-  common.note("backward_ops", int(backward.sum()))
-  if not splits:
-    splits = _dp(view, devices, work, memory, cut, cuts,
-                 np.full(devices.size, np.inf))
-    common.note("repaired", "no contiguous split fits the memory estimate: "
-                "the best split was repaired (common.repair_memory)")
-    best = min(splits, key=lambda s: splits[s][0])
-    group_device = common.repair_memory(
-        view, model, _group_devices(view, devices, splits[best][1], pos))
-    return view.expand(group_device)
+  plan = _plan(graph, topology, max_cuts, activation_fraction,
+               memory_headroom)
+  if not plan.splits:
+    return _repaired(plan)
+  splits = plan.splits
   best = min(splits, key=lambda s: splits[s][0])
-  tried = sorted({s for s in (1, best - 1, best, best + 1, devices.size)
+  tried = sorted({s for s in (1, best - 1, best, best + 1, plan.devices.size)
                   if s in splits})
-  group_devices = [_group_devices(view, devices, splits[s][1], pos)
-                   for s in tried]
+  group_devices = [plan.group_devices(s) for s in tried]
+  view = plan.view
   batch = common.simulate_batch(
       graph, np.stack([view.expand(g) for g in group_devices]), topology)
   pick = min(range(len(tried)), key=lambda i: (not batch.valid[i],
@@ -91,6 +70,80 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
        "valid": bool(batch.valid[i])} for i, s in enumerate(tried)])
   common.note("stages", tried[pick])
   return view.expand(group_devices[pick])
+
+
+def fewest_stages(graph: op_graph.OpGraph,
+                  topology: topology_lib.Topology) -> np.ndarray:
+  """The split over the fewest devices that fits the memory estimate.
+
+  No placement is judged (the memory estimate calibrates itself on the
+  one-device step, as every estimate does). A step without micro-batches gains nothing from
+  being cut into more stages than memory needs (each cut only adds its
+  transfers), so of the DP's feasible splits this takes the one with the
+  fewest stages: all on one GPU when the step fits it, else the least-cut
+  pipeline of whole layers that does. If none fits, the DP's best split
+  repaired by the estimate (`common.repair_memory`), as `place` does.
+  """
+  plan = _plan(graph, topology, 1024, None, common.DEFAULT_HEADROOM)
+  if not plan.splits:
+    return _repaired(plan)
+  return plan.view.expand(plan.group_devices(min(plan.splits)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+  """The DP's splits of one graph: stages -> (max stage cost, bounds)."""
+  view: common.GroupView
+  model: common.MemoryModel
+  devices: np.ndarray
+  position: np.ndarray  # every op's position in the forward order
+  splits: dict
+  unconstrained: Callable[[], dict]
+
+  def group_devices(self, stages: int) -> np.ndarray:
+    return _group_devices(self.view, self.devices, self.splits[stages][1],
+                          self.position)
+
+
+def _plan(graph, topology, max_cuts, activation_fraction,
+          memory_headroom) -> _Plan:
+  view = common.group_view(graph, topology)
+  model = common.memory_model(view, activation_fraction=activation_fraction,
+                              memory_headroom=memory_headroom)
+  backward = layer_order.backward_ops(graph)
+  forward = layer_order.forward_order(graph, backward)
+  owner = layer_order.owners(graph, backward, forward)
+  position = np.full(graph.num_nodes, -1, np.int64)
+  position[forward] = np.arange(forward.size)
+  pos = position[owner]
+  devices = view.primary
+  f = model.activation_fraction
+  need = graph.memory_bytes + f * graph.output_bytes.astype(np.float64)
+  work = np.stack([np.bincount(pos, weights=view.tables.duration_us[:, j],
+                               minlength=forward.size) for j in devices])
+  memory = np.bincount(pos, weights=need, minlength=forward.size)
+  cut = layer_order.cut_bytes(graph, pos, forward.size)
+  cuts = _candidate_cuts(work[0], cut, max_cuts)
+  common.note("forward_ops", int(forward.size))
+  common.note("backward_ops", int(backward.sum()))
+  return _Plan(
+      view, model, devices, pos,
+      _dp(view, devices, work, memory, cut, cuts, model.budget[devices]),
+      lambda: _dp(view, devices, work, memory, cut, cuts,
+                  np.full(devices.size, np.inf)))
+
+
+def _repaired(plan: _Plan) -> np.ndarray:
+  """The unconstrained best split, repaired by the memory estimate."""
+  splits = plan.unconstrained()
+  common.note("repaired", "no contiguous split fits the memory estimate: "
+              "the best split was repaired (common.repair_memory)")
+  best = min(splits, key=lambda s: splits[s][0])
+  group_device = common.repair_memory(
+      plan.view, plan.model,
+      _group_devices(plan.view, plan.devices, splits[best][1],
+                     plan.position))
+  return plan.view.expand(group_device)
 
 
 def _candidate_cuts(work: np.ndarray, cut: np.ndarray,

@@ -7,10 +7,10 @@ baselines, then hill climbing over colocation groups with an occasional
 simulated-annealing step.
 
 * Start: single_device, m_topo, m_etf, m_sct, heft, metis, side_offload,
-  and stage_pipeline where a stage rule applies, each run (its own simulator
-  calls count), then all judged in one batch by the simulator on the same
-  topology and costs; the fastest valid one is the start (if none is
-  valid, the fastest repaired to fit memory, `repair`).
+  contiguous_dp, and stage_pipeline where a stage rule applies, each run
+  (its own simulator calls count), then all judged in one batch by the
+  simulator on the same topology and costs; the fastest valid one is the
+  start (if none is valid, the fastest repaired to fit memory, `repair`).
 * Moves, each a change of the current group placement: one group to another
   device; a swap of two groups' devices; every group of a numbered scope
   (`graph.scopes.numbered_scopes`: `layer_3`, `encoder/layer_2`, `block5`,
@@ -46,6 +46,7 @@ import numpy as np
 
 from tf_gdp import errors
 from tf_gdp.baselines import common
+from tf_gdp.baselines import contiguous_dp
 from tf_gdp.baselines import heft
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import m_sct
@@ -61,7 +62,8 @@ from tf_gdp.graph import scopes
 
 STARTS = {"single_device": single_device.place, "m_topo": m_topo.place,
           "m_etf": m_etf.place, "m_sct": m_sct.place, "heft": heft.place,
-          "metis": metis.place, "side_offload": side_offload.place}
+          "metis": metis.place, "side_offload": side_offload.place,
+          "contiguous_dp": contiguous_dp.place}
 # Random moves (module doc), then the moves along the current cut.
 PLAIN_MOVES = ("group", "swap", "scope", "chunk")
 BORDER_MOVES = ("border", "shift")

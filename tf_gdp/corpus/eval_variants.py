@@ -91,6 +91,15 @@ def mobilevits(sizes, widths):
           for model, image, batch in sizes]
 
 
+def deeplabs(sizes, backbones):
+  """(backbone depth, image size, batch) per variant, the depth one of
+  `backbones`: its bottleneck blocks per stage. Pyramid and decoder of 256
+  channels, a 48-channel low-level projection, 21 classes."""
+  return [(f"deeplab_r{depth}_i{image}_b{batch}",
+           dict(blocks=backbones[depth], image_size=image, batch=batch))
+          for depth, image, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

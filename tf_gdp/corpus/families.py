@@ -13,14 +13,15 @@ recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
 PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
-pose estimator, a DDPM diffusion U-Net and a MobileViT image classifier
-written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
-`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
-`conformer`, `hrnet`, `diffusion`, `mobilevit`), Keras 3 applications and
-layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs) and
-generated graphs (`tf_gdp.graph.generators`). The evaluation families'
-variant names and arguments come from `eval_variants`.
+pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier and
+a DeepLabV3+ semantic segmenter written with tf_keras layers
+(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
+`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
+`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`, `mobilevit`,
+`deeplab`), Keras 3 applications and layers (`keras3_models`), the zoo's
+models (`tf_gdp.zoo`, with knobs) and generated graphs
+(`tf_gdp.graph.generators`). The evaluation families' variant names and
+arguments come from `eval_variants`.
 """
 
 import dataclasses
@@ -37,12 +38,12 @@ SPLITS = (TRAIN, EVAL)
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
- SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT) = (
+ SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
-     "conformer", "hrnet", "diffusion", "mobilevit")
+     "conformer", "hrnet", "diffusion", "mobilevit", "deeplab")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,6 +316,16 @@ _FAMILIES = (
            "softmax cross-entropy, Adam (corpus.mobilevit)",
            _variants("mobilevit", MOBILEVIT, eval_variants.mobilevits(
                sizes.MOBILEVIT_SIZES, sizes.MOBILEVIT_WIDTHS))),
+    Family("deeplab", EVAL, "DeepLabV3+ semantic segmenter: a ResNet "
+           "bottleneck backbone whose last stage is dilated instead of "
+           "strided (output stride 16), atrous spatial pyramid pooling "
+           "(a 1x1 convolution, 3x3 convolutions at dilations 6, 12 and 18 "
+           "and image-level pooling side by side, concatenated), a decoder "
+           "that upsamples it 4x and concatenates the stride-4 feature "
+           "reduced to 48 channels; batch norm, ReLU, per-pixel softmax "
+           "cross-entropy, Adam (corpus.deeplab)",
+           _variants("deeplab", DEEPLAB, eval_variants.deeplabs(
+               sizes.DEEPLAB_SIZES, sizes.DEEPLAB_BACKBONES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

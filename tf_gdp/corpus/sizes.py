@@ -51,3 +51,8 @@ MOBILEVIT_WIDTHS = {
 }
 MOBILEVIT_SIZES = (("xxs", 256, 32), ("xs", 256, 32), ("s", 256, 44),
                    ("s", 320, 64))
+# DeepLabV3+: (backbone depth, image size, batch), by one-device peak memory
+# only; a depth's bottleneck blocks per stage, as in ResNet-50 and -101.
+DEEPLAB_BACKBONES = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
+DEEPLAB_SIZES = ((50, 256, 6), (50, 384, 10), (101, 448, 10),
+                 (101, 512, 20))

@@ -114,6 +114,7 @@ def _extract(variant: families.Variant):
   from grappler_bridge import extract
   from tf_gdp import zoo
   from tf_gdp.corpus import conformer
+  from tf_gdp.corpus import deeplab
   from tf_gdp.corpus import detector
   from tf_gdp.corpus import diffusion
   from tf_gdp.corpus import dual_encoder
@@ -165,6 +166,7 @@ def _extract(variant: families.Variant):
       families.HRNET: lambda: hrnet.hrnet(**args),
       families.DIFFUSION: lambda: diffusion.diffusion(**args),
       families.MOBILEVIT: lambda: mobilevit.mobilevit(**args),
+      families.DEEPLAB: lambda: deeplab.deeplab(**args),
   }
   return extract.from_function(builders[variant.kind]())
 

@@ -25,7 +25,8 @@ noise (observation `exploration_noise`, zeros for the greedy policy): per
 stage rule (`scopes.STAGE_RULES`) a random gain on that rule's pipeline
 direction (`devices.stage_direction`), and per device a shift of the
 stages' device centres; and per placement push (`policy.push_placements`:
-a balanced cut of the graph, m-ETF's schedule, the side-branch offload) a
+a balanced cut of the graph, m-ETF's schedule, the side-branch offload,
+the fewest contiguous stages that fit memory) a
 gain on the direction of that placement (`features.PLACEMENT_NOISE_COLUMN`).
 `finish` adds the pushes, averaged over each group, to the logits after the logit scale: the
 sample leans, with that strength, towards sending each stage of the

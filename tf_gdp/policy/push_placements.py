@@ -3,8 +3,9 @@
 Sampling each group's device independently rarely assembles a placement in
 which thousands of ops move together, and some of the best placements are
 of that kind: a balanced cut of parallel branches, the placement a list
-scheduler builds op by op from start times, or the step's spine on one
-device with its weight gradients and updates beside it. Each name in PUSHES
+scheduler builds op by op from start times, the step's spine on one
+device with its weight gradients and updates beside it, or the fewest
+contiguous stages of whole layers that fit memory. Each name in PUSHES
 is one such placement of the graph, computed once per (graph, topology)
 without simulating it; `features` turns it into a pull towards each op's
 device (observation `placement_features`) and `rl.exploration` gives one
@@ -15,6 +16,7 @@ costs the search its sample and nothing else.
 import numpy as np
 
 from tf_gdp import errors
+from tf_gdp.baselines import contiguous_dp
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import metis
 from tf_gdp.baselines import side_offload
@@ -29,7 +31,11 @@ M_ETF = "m_etf"
 # The step's spine on one device, side branches (weight gradients, updates)
 # on the others (`baselines.side_offload`).
 SIDE_OFFLOAD = "side_offload"
-PUSHES = (METIS_CUT, M_ETF, SIDE_OFFLOAD)
+# The contiguous split of the layer order over the fewest devices whose
+# memory it fits (`contiguous_dp.fewest_stages`): one GPU when the step fits
+# one.
+CONTIGUOUS_SPLIT = "contiguous_split"
+PUSHES = (METIS_CUT, M_ETF, SIDE_OFFLOAD, CONTIGUOUS_SPLIT)
 
 
 def devices(name: str, graph: op_graph.OpGraph,
@@ -49,4 +55,5 @@ def devices(name: str, graph: op_graph.OpGraph,
     return np.full(graph.num_nodes, -1, np.int64)
 
 
-_PLACERS = {M_ETF: m_etf.place, SIDE_OFFLOAD: side_offload.place}
+_PLACERS = {M_ETF: m_etf.place, SIDE_OFFLOAD: side_offload.place,
+            CONTIGUOUS_SPLIT: contiguous_dp.fewest_stages}

@@ -5,8 +5,9 @@ Two mechanisms keep a policy's samples from repeating one placement:
 * Pushes (`exploration_noise`): every other sample leans, with a random
   gain, towards sending each stage of the graph's main stack of numbered
   blocks to its own device, and one in 16 each towards a balanced cut of
-  the graph (one part per device), m-ETF's schedule and the side-branch
-  offload (`policy.network` module doc): whole-layer or whole-branch moves
+  the graph (one part per device), m-ETF's schedule, the side-branch
+  offload and the fewest contiguous stages that fit memory
+  (`policy.network` module doc): whole-layer or whole-branch moves
   that sampling group by group almost never finds.
 * The entropy floor (`entropy_floor_scale`, `apply_entropy_floor`): a policy
   too certain on a graph has its logits scaled down until it explores again;
@@ -50,10 +51,10 @@ REFLOOR_AFTER = 20
 ENTROPY_FLOOR = 0.25
 # The sample of each PUSH_PERIOD rows that leans towards each placement
 # push (`policy.push_placements.PUSHES`) instead of the policy's own draw
-# (`policy.network` module doc): rows 2, 4 and 6, the second, third and
-# fourth unpushed samples.
+# (`policy.network` module doc): rows 2, 4, 6 and 8, the second to fifth
+# unpushed samples.
 PUSH_PERIOD = 16
-PUSH_ROWS = (2, 4, 6)
+PUSH_ROWS = (2, 4, 6, 8)
 # Each sample's random numbers are drawn as a block of this many columns per
 # device before the EXPLORATION_SIZE that are kept. The block fixes which
 # numbers a seed gives each push, so the published runs' seeds reproduce.
