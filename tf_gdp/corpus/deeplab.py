@@ -64,11 +64,8 @@ def deeplab(*, image_size: int, batch: int, blocks=(3, 4, 6, 3),
   tf_keras.backend.clear_session()
   layers = tf_keras.layers
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(
-      rng.uniform([batch, image_size, image_size], 0, classes,
-                  dtype=tf.int32), trainable=False, name="labels")
+  images, labels = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes, per_pixel=True)
 
   def conv(x, filters, kernel, name, strides=1, dilation=1, relu=True):
     x = layers.Conv2D(filters, kernel, strides=strides, padding="same",

@@ -54,10 +54,8 @@ def application(application: str, *, image_size: int, batch: int,
       weights=None, input_shape=(image_size, image_size, 3), classes=classes,
       classifier_activation=None)
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
-                       trainable=False, name="labels")
+  images, labels = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes)
   loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   return _adam_step(tf, keras, model, images, labels, loss, learning_rate)
 

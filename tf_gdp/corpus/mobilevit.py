@@ -66,10 +66,8 @@ def mobilevit(*, image_size: int, batch: int, channels, dims,
   tf_keras.backend.clear_session()
   layers = tf_keras.layers
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
-                       trainable=False, name="labels")
+  images, labels = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes)
 
   def permute(x, perm):
     """`tf.transpose`, whose gradient transposes back by a constant

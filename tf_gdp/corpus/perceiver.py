@@ -24,10 +24,8 @@ def classifier(*, latents: int, hidden: int, layers: int, repeats: int,
   keras = tf_keras.layers
   positions = (image_size // patch) ** 2
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
-                       trainable=False, name="labels")
+  images, labels = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes)
   patch_embedding = keras.Conv2D(input_width, patch, strides=patch,
                                  name="patch_embedding")
   position = keras.Embedding(positions, input_width,

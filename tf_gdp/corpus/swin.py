@@ -71,10 +71,8 @@ def swin(*, image_size: int, embed_dim: int, depths, heads, window: int,
   tf_keras.backend.clear_session()
   layers = tf_keras.layers
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
-                       trainable=False, name="labels")
+  images, labels = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes)
 
   class WindowAttention(layers.Layer):
     """Multi-head self-attention within each window, [windows*batch, N, C]

@@ -111,6 +111,21 @@ def adam_classifier_step(tf, model, inputs, labels, learning_rate: float):
                            model.trainable_variables, labels, learning_rate)
 
 
+def labelled_images(tf, rng, batch: int, image_size: int, classes: int, *,
+                    per_pixel: bool = False, labels_name: str = "labels"):
+  """Random square RGB images and integer labels, as variables (module doc).
+
+  Labels are one class per image, or per pixel (`per_pixel`, segmenters);
+  `rng` is a `tf.random.Generator`, drawn images first.
+  """
+  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
+                       trainable=False, name="images")
+  shape = [batch, image_size, image_size] if per_pixel else [batch]
+  labels = tf.Variable(rng.uniform(shape, 0, classes, dtype=tf.int32),
+                       trainable=False, name=labels_name)
+  return images, labels
+
+
 def keras_application(application: str, *, image_size: int, batch: int,
                       classes: int = 10, optimizer: str = "sgd",
                       learning_rate: float = 0.01, seed: int = 0, **kwargs):
@@ -125,10 +140,8 @@ def keras_application(application: str, *, image_size: int, batch: int,
       weights=None, input_shape=(image_size, image_size, 3), classes=classes,
       classifier_activation=None, **kwargs)
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
-                       trainable=False, name="labels")
+  images, labels = labelled_images(
+      tf, rng, batch, image_size, classes)
   variables = model.trainable_variables
 
   def loss(logits):

@@ -106,10 +106,8 @@ def vision_transformer(*, layers: int, hidden: int, heads: int,
   ffn = ffn or 4 * hidden
   patches = (image_size // patch) ** 2
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
-                       trainable=False, name="labels")
+  images, labels = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes)
   embed = tf_keras.layers.Conv2D(hidden, patch, strides=patch,
                                  name="patch_embedding")
   position = tf_keras.layers.Embedding(patches, hidden,

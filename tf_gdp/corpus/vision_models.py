@@ -53,11 +53,9 @@ def unet(*, depth: int, filters: int, image_size: int, batch: int,
   model = tf_keras.Model(inputs, logits, name="unet")
 
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  masks = tf.Variable(
-      rng.uniform([batch, image_size, image_size], 0, classes,
-                  dtype=tf.int32), trainable=False, name="masks")
+  images, masks = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes, per_pixel=True,
+      labels_name="masks")
   return training_steps.adam_classifier_step(tf, model, images, masks,
                                             learning_rate)
 
@@ -102,9 +100,7 @@ def mlp_mixer(*, layers: int, hidden: int, token_mlp: int, channel_mlp: int,
   model = tf_keras.Model(inputs, logits, name="mlp_mixer")
 
   rng = tf.random.Generator.from_seed(seed)
-  images = tf.Variable(rng.normal([batch, image_size, image_size, 3]),
-                       trainable=False, name="images")
-  labels = tf.Variable(rng.uniform([batch], 0, classes, dtype=tf.int32),
-                       trainable=False, name="labels")
+  images, labels = training_steps.labelled_images(
+      tf, rng, batch, image_size, classes)
   return training_steps.adam_classifier_step(tf, model, images, labels,
                                             learning_rate)
