@@ -157,6 +157,31 @@ def test_memory_moves_more_branches_before_spilling_the_spine():
   assert result.valid
 
 
+def test_a_spine_too_big_for_one_device_becomes_stages_with_branches_beside():
+  # Each layer's weights take 400 MiB: the forward chain alone needs two of
+  # the 0.9 GiB budgets, and no branch holds memory to give. The spine is
+  # then two stages of whole layers, and the weight gradients off the
+  # longest path (all but the first layer's) go to the two GPUs the stages
+  # left idle.
+  graph = _training_step(weight_grad_us=100.0)
+  weights = np.zeros(graph.num_nodes, np.int64)
+  for i in range(4):
+    weights[graph.node_names.index(f"layer{i}/MatMul")] = 400 << 20
+  graph = dataclasses.replace(graph, memory_bytes=weights)
+  result = baselines.run("side_offload", graph, _topo(),
+                         activation_fraction=0.0)
+  assert result.info["staged"]
+  placement = result.placement
+  layer = [placement[graph.node_names.index(f"layer{i}/MatMul")]
+           for i in range(4)]
+  assert layer[0] == layer[1] != layer[2] == layer[3]
+  gradient = [placement[graph.node_names.index(
+      f"gradients/layer{i}/MatMul_grad/MatMul_1")] for i in range(4)]
+  assert gradient[0] == layer[0]
+  assert set(gradient[1:]) == set(range(4)) - set(layer)
+  assert simulator.simulate(graph, placement, _topo()).valid
+
+
 def test_an_impossible_budget_is_an_input_error():
   graph = _training_step()
   state = np.full(graph.num_nodes, 1 << 30, np.int64)

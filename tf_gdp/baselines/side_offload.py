@@ -32,8 +32,15 @@ step, is the extreme case.
 6. Memory (`common.memory_model`'s estimate): while the spine device is over
    its budget, the remaining branches leave it, largest estimate first, each
    for the other device with the most room that holds it (a variable's
-   optimizer state goes with its update); then `common.repair_memory`
-   spills the spine device's latest groups. InputError if that fails too.
+   optimizer state goes with its update).
+7. A step whose spine alone overflows a device (the forward activations,
+   kept for the backward pass, are most of a large step's memory) starts
+   over from the fewest contiguous stages of the layer order that fit
+   (`contiguous_dp.fewest_stages`): the spine is then a pipeline of whole
+   layers, and each branch worth moving goes to the least loaded primary
+   device, by the stages' compute and the branches already there, that has
+   room for it. Then `common.repair_memory` spills any device still over
+   its budget, latest groups first. InputError if that fails too.
 
 The placement itself is never simulated (the memory estimate calibrates
 once). The constants were chosen on the training corpus
@@ -46,6 +53,7 @@ from scipy import sparse
 
 from tf_gdp.baselines import common
 from tf_gdp.baselines import communication
+from tf_gdp.baselines import contiguous_dp
 from tf_gdp.cost import simulator
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import op_graph
@@ -80,8 +88,17 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
   branch = branches(view, side)
   num_branches = int(branch.max(initial=-1)) + 1
   if num_branches and view.primary.size > 1:
-    _offload(view, side, branch, num_branches, group_device)
+    _offload(view, side, branch, num_branches, group_device,
+             view.primary[1:])
     _make_room(view, model, side, branch, num_branches, group_device)
+    used = common.device_usage(view, model, group_device)
+    if used[spine_device] > model.budget[spine_device]:
+      staged = contiguous_dp.fewest_stages(view.graph, view.topology)
+      group_device = staged[view.members[view.member_ptr[:-1]]].astype(
+          np.int64)
+      _offload(view, side, branch, num_branches, group_device, view.primary,
+               model)
+      common.note("staged", True)
   group_device = common.repair_memory(view, model, group_device)
   common.note("side_ops", int(side[view.group_of].sum()))
   common.note("offloaded_ops", int((group_device[view.group_of] !=
@@ -128,10 +145,15 @@ def branches(view: common.GroupView, side: np.ndarray) -> np.ndarray:
 
 
 def _offload(view: common.GroupView, side: np.ndarray, branch: np.ndarray,
-             num_branches: int, group_device: np.ndarray) -> None:
-  """Moves the branches worth it off the spine device (in place)."""
+             num_branches: int, group_device: np.ndarray,
+             targets: np.ndarray, model=None) -> None:
+  """Moves the branches worth it to the least loaded of `targets` (in place).
+
+  A device's load is the compute of the groups on it that are not side
+  groups, plus the branches sent to it. With a memory `model`, a branch
+  goes only where the estimate has room for it.
+  """
   spine_device = int(view.primary[0])
-  others = view.primary[1:]
   work = view.duration[:, spine_device]
   compute = np.bincount(branch[side], weights=work[side],
                         minlength=num_branches)
@@ -143,26 +165,38 @@ def _offload(view: common.GroupView, side: np.ndarray, branch: np.ndarray,
                         minlength=num_branches)
   count = np.bincount(branch[end], minlength=num_branches)
   transfer = crossed * per_byte + count * latency
-  usable = np.ones((num_branches, others.size), bool)
-  for k, device in enumerate(others):
+  usable = np.ones((num_branches, targets.size), bool)
+  for k, device in enumerate(targets):
     banned = np.bincount(branch[side], weights=~view.allowed[side, device],
                          minlength=num_branches)
     usable[:, k] = banned == 0
   budget = SEND_BUDGET * work[~side].sum()
-  load = np.zeros(others.size)
+  load = np.bincount(group_device[~side], weights=work[~side],
+                     minlength=view.num_devices)[targets]
+  used = (common.device_usage(view, model, group_device)
+          if model is not None else None)
   sent = 0.0
   worth = compute / np.maximum(transfer, 1e-9)
-  chosen = np.full(num_branches, -1, np.int64)
   for k in np.argsort(-worth, kind="stable"):
     if (compute[k] <= 0 or worth[k] < MIN_COMPUTE_PER_TRANSFER or
         sent + transfer[k] > budget or not usable[k].any()):
       continue
-    target = int(np.argmin(np.where(usable[k], load, np.inf)))
-    chosen[k] = others[target]
+    members = np.flatnonzero(side & (branch == k))
+    fits = usable[k].copy()
+    if used is not None:
+      need = model.need[members].sum()
+      fits &= used[targets] + need <= model.budget[targets]
+    if not fits.any():
+      continue
+    target = int(np.argmin(np.where(fits, load, np.inf)))
+    if (group_device[members] == targets[target]).all():
+      continue
+    if used is not None:
+      np.subtract.at(used, group_device[members], model.need[members])
+      used[targets[target]] += need
+    group_device[members] = targets[target]
     load[target] += compute[k]
     sent += transfer[k]
-  moved = side & (chosen[np.maximum(branch, 0)] >= 0)
-  group_device[moved] = chosen[branch[moved]]
 
 
 def _make_room(view: common.GroupView, model: common.MemoryModel,
