@@ -956,6 +956,135 @@ def test_deeplab_joins_five_atrous_branches_and_a_stride_4_skip():
     store.build_graph(_tiny_deeplab(blocks=(1, 1, 1)), DEVICES)
 
 
+def _tiny_captioner(**changes):
+  args = dict(blocks=(1, 1, 1, 1), channels=4, encoder_layers=1, width=8,
+              heads=2, decoder_layers=2, image_size=64, caption_length=5,
+              batch=2, vocab=11)
+  return _variant("tiny_captioner", families.CAPTIONER, **{**args, **changes})
+
+
+def test_captioner_decoder_reads_convolutional_tokens_in_every_layer():
+  graph = store.build_graph(_tiny_captioner(), DEVICES)
+  names, types_, index = graph.node_names, graph.op_types, graph.node_index
+  inputs = [[] for _ in names]
+  for src, dst, slot in zip(graph.edge_src, graph.edge_dst,
+                            graph.edge_output):
+    if slot >= 0:  # data edges only
+      inputs[dst].append((names[src], int(slot)))
+
+  def read(name):
+    """The ops but constants whose outputs `name` reads directly."""
+    return {src for src, _ in inputs[index[name]]
+            if types_[index[src]] != "Const"}
+
+  def shape(name):
+    return graph.output_shapes[index[name]][0]
+
+  c = "captioner/"
+  # The visual tokens: the ResNet's last map (64 / 32 = 2 pixels a side)
+  # flattened into 4 tokens of 32 channels, projected to the width 8, given
+  # positions, read by the encoder layer and normalised.
+  backbone = f"{c}stage4/block0/relu/Relu"
+  assert shape(backbone) == (2, 2, 2, 32)
+  assert backbone in read(f"{c}flatten/Reshape")
+  assert shape(f"{c}flatten/Reshape") == (2, 4, 32)
+  assert f"{c}flatten/Reshape" in read(
+      f"{c}visual_projection/Tensordot/Reshape")
+  assert f"{c}visual_projection/BiasAdd" in read(f"{c}visual_positions/add")
+  assert read(f"{c}encoder0/attention/residual/add") == {
+      f"{c}visual_positions/add", f"{c}encoder0/attention/attention_output/add"}
+  assert f"{c}encoder0/mlp/residual/add" in read(f"{c}visual_norm/moments/mean")
+  visual = f"{c}visual_norm/batchnorm/add_1"
+  assert shape(visual) == (2, 4, 8)
+  # Every decoder layer: self-attention among the 5 caption positions under
+  # the one lower-triangular mask added to its scores, then cross-attention
+  # whose keys and values are the visual tokens (5 x 4 scores, unmasked).
+  stream = f"{c}caption_positions/add"
+  for layer in ("decoder0", "decoder1"):
+    own, cross = f"{c}{layer}/self_attention", f"{c}{layer}/cross_attention"
+    assert stream in read(f"{own}/norm/moments/mean")
+    for part in ("query", "key", "value"):
+      assert f"{own}/norm/batchnorm/add_1" in read(
+          f"{own}/{part}/einsum/Einsum"), (layer, part)
+    assert shape(f"{own}/softmax/Softmax") == (2, 2, 5, 5)
+    assert read(f"{own}/softmax/Softmax") == {f"{own}/softmax/add"}
+    assert read(f"{own}/softmax/add") == {f"{own}/einsum/Einsum",
+                                          f"{own}/softmax/mul"}
+    assert shape(f"{own}/softmax/mul") == (1, 1, 5, 5)
+    assert f"{c}causal_mask/MatrixBandPart" in _ancestors(
+        graph, [f"{own}/softmax/mul"])
+    assert f"{own}/residual/add" in read(f"{cross}/norm/moments/mean")
+    assert f"{cross}/norm/batchnorm/add_1" in read(
+        f"{cross}/query/einsum/Einsum")
+    for part in ("key", "value"):
+      assert visual in read(f"{cross}/{part}/einsum/Einsum"), (layer, part)
+    assert shape(f"{cross}/softmax/Softmax") == (2, 2, 5, 4)
+    assert read(f"{cross}/softmax/Softmax") == {f"{cross}/einsum/Einsum"}
+    stream = f"{c}{layer}/mlp/residual/add"
+  assert shape(f"{c}causal_mask/MatrixBandPart") == (1, 5, 5)
+  assert sorted(n for n, t in zip(names, types_) if t == "Softmax"
+                and not n.startswith("gradient")) == sorted(
+                    [f"{c}encoder0/attention/softmax/Softmax"] +
+                    [f"{c}decoder{i}/{kind}/softmax/Softmax"
+                     for i in range(2)
+                     for kind in ("self_attention", "cross_attention")])
+  # Teacher forcing: one read of the 6-token captions is split 5 + 1 and
+  # its first 5 tokens embedded; another is split 1 + 5 and its last 5 are
+  # the labels of the logits at the same 5 positions, so the logits at t
+  # are scored against token t + 1.
+  captions = {src for split in ("caption_inputs", "caption_targets")
+              for src in read(f"{split}/ReadVariableOp")}
+  assert len(captions) == 1
+  assert shape("caption_inputs/ReadVariableOp") == (2, 6)
+  assert graph.output_shapes[index["caption_inputs"]] == ((2, 5), (2, 1))
+  assert graph.output_shapes[index["caption_targets"]] == ((2, 1), (2, 5))
+  assert ("caption_inputs", 0) in inputs[
+      index[f"{c}token_embedding/embedding_lookup"]]
+  loss = "SparseSoftmaxCrossEntropyWithLogits/"
+  assert read(f"{loss}SparseSoftmaxCrossEntropyWithLogits") == {
+      f"{loss}Reshape", f"{loss}Reshape_1"}
+  assert f"{c}vocabulary/BiasAdd" in read(f"{loss}Reshape")
+  assert shape(f"{c}vocabulary/BiasAdd") == (2, 5, 11)
+  assert [src for src in inputs[index[f"{loss}Reshape_1"]]
+          if types_[index[src[0]]] != "Const"] == [("caption_targets", 1)]
+  # Adam updates every weight the forward pass reads (but the images and
+  # batch norm's moving statistics, which it assigns), once each, and its
+  # two slots: a convolution and its batch norm's two per normalised
+  # convolution (the stem, 2 per block, 3 projections), the projection and
+  # positions of the visual tokens, 2 per layer norm (2 per encoder layer,
+  # 3 per decoder layer, 2 final), 8 per attention, 4 per MLP, the token
+  # embedding, the caption positions and the vocabulary's kernel and bias.
+  norms = 1 + 2 * 4 + 3
+  assert _count(graph, "FusedBatchNormV3") == norms
+  weights = (3 * norms + 3 + 2 * (2 + 3 * 2 + 2) + 8 * (1 + 2 * 2)
+             + 4 * (1 + 2) + 2 + 2)
+  def variables(op):
+    """The variables (resource placeholders) `op` reads."""
+    return [src for src, _ in inputs[index[op]]
+            if types_[index[src]] == "Placeholder"]
+
+  forward_reads = {v for n, t in zip(names, types_) if n.startswith(c)
+                   and t in ("ReadVariableOp", "ResourceGather")
+                   for v in variables(n)}
+  moving = {v for n in names if "/AssignNewValue" in n for v in variables(n)}
+  images = {src for i, t in enumerate(types_) if t == "ReadVariableOp"
+            and graph.output_shapes[i][0] == (2, 64, 64, 3)
+            for src, _ in inputs[i]}
+  assert len(images) == 1
+  updated = [v for n, t in zip(names, types_) if t == "AssignSubVariableOp"
+             for v in variables(n)]
+  assert set(updated) == forward_reads - moving - images
+  assert len(updated) == len(set(updated)) == weights
+  assert _count(graph, "AssignVariableOp") == 2 * weights + 2 * norms
+  # Every shape is known but batch norm's reserve space and its gradient's
+  # zeros, and the token embedding's gradient rows (reshaped at run time).
+  assert graph.metadata["unknown_shape_nodes"] == 2 * norms + 1
+  with pytest.raises(ValueError, match="multiple of 32"):
+    store.build_graph(_tiny_captioner(image_size=72), DEVICES)
+  with pytest.raises(ValueError, match="heads"):
+    store.build_graph(_tiny_captioner(width=9), DEVICES)
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

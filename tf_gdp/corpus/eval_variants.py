@@ -100,6 +100,18 @@ def deeplabs(sizes, backbones):
           for depth, image, batch in sizes]
 
 
+def captioners(sizes):
+  """(encoder layers, width, decoder layers, image size, caption length,
+  batch) per variant; a ResNet-18 image encoder, heads of 64 channels,
+  10,000 words."""
+  return [(f"captioner_e{encoder}_d{width}_l{decoder}_i{image}_t{length}"
+           f"_b{batch}",
+           dict(encoder_layers=encoder, width=width, heads=width // 64,
+                decoder_layers=decoder, image_size=image,
+                caption_length=length, batch=batch))
+          for encoder, width, decoder, image, length, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

@@ -13,15 +13,15 @@ recommender, a speech recognizer's acoustic model, a GAN, an object
 detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
 PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
-pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier and
-a DeepLabV3+ semantic segmenter written with tf_keras layers
-(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
-`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
-`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`, `mobilevit`,
-`deeplab`), Keras 3 applications and layers (`keras3_models`), the zoo's
-models (`tf_gdp.zoo`, with knobs) and generated graphs
-(`tf_gdp.graph.generators`). The evaluation families' variant names and
-arguments come from `eval_variants`.
+pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
+DeepLabV3+ semantic segmenter and an image captioner written with tf_keras
+layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
+`speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`,
+`video`, `pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`,
+`mobilevit`, `deeplab`, `captioner`), Keras 3 applications and layers
+(`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs) and
+generated graphs (`tf_gdp.graph.generators`). The evaluation families'
+variant names and arguments come from `eval_variants`.
 """
 
 import dataclasses
@@ -38,12 +38,12 @@ SPLITS = (TRAIN, EVAL)
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
- SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB) = (
+ SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
-     "conformer", "hrnet", "diffusion", "mobilevit", "deeplab")
+     "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +326,16 @@ _FAMILIES = (
            "cross-entropy, Adam (corpus.deeplab)",
            _variants("deeplab", DEEPLAB, eval_variants.deeplabs(
                sizes.DEEPLAB_SIZES, sizes.DEEPLAB_BACKBONES))),
+    Family("captioner", EVAL, "Image captioner: a ResNet encoder of basic "
+           "residual blocks whose last map is flattened into visual tokens, "
+           "projected to the model width (optional transformer encoder "
+           "layers), and a pre-norm transformer decoder whose every layer "
+           "runs causal self-attention over the caption, cross-attention "
+           "to the visual tokens and a GELU MLP; batch norm, ReLU, "
+           "next-token softmax cross-entropy (teacher forcing), Adam "
+           "(corpus.captioner)",
+           _variants("captioner", CAPTIONER,
+                     eval_variants.captioners(sizes.CAPTIONER_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -56,3 +56,7 @@ MOBILEVIT_SIZES = (("xxs", 256, 32), ("xs", 256, 32), ("s", 256, 44),
 DEEPLAB_BACKBONES = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
 DEEPLAB_SIZES = ((50, 256, 6), (50, 384, 10), (101, 448, 10),
                  (101, 512, 20))
+# Captioner: (encoder layers, width, decoder layers, image size, caption
+# length, batch), by one-device peak memory only; a ResNet-18 encoder.
+CAPTIONER_SIZES = ((0, 512, 6, 224, 32, 36), (2, 512, 6, 224, 32, 108),
+                   (0, 768, 8, 288, 48, 92), (2, 1024, 6, 384, 64, 124))

@@ -113,6 +113,7 @@ def _extract(variant: families.Variant):
   # pylint: disable=g-import-not-at-top
   from grappler_bridge import extract
   from tf_gdp import zoo
+  from tf_gdp.corpus import captioner
   from tf_gdp.corpus import conformer
   from tf_gdp.corpus import deeplab
   from tf_gdp.corpus import detector
@@ -167,6 +168,7 @@ def _extract(variant: families.Variant):
       families.DIFFUSION: lambda: diffusion.diffusion(**args),
       families.MOBILEVIT: lambda: mobilevit.mobilevit(**args),
       families.DEEPLAB: lambda: deeplab.deeplab(**args),
+      families.CAPTIONER: lambda: captioner.captioner(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
