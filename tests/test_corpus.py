@@ -94,6 +94,24 @@ def test_build_caches_and_rebuilds_only_what_changed(tmp_path, monkeypatch):
                       root=str(tmp_path))[0].rebuilt
 
 
+def test_a_build_keeps_what_another_process_added_meanwhile(tmp_path,
+                                                           monkeypatch):
+  cache = store.folder(DEVICES, str(tmp_path))
+  build = store.build_graph
+
+  def build_while_another_process_finishes(variant, devices):
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, store.MANIFEST), "w") as f:
+      json.dump({"elsewhere": {"nodes": 1}}, f)
+    return build(variant, devices)
+
+  monkeypatch.setattr(store, "build_graph",
+                      build_while_another_process_finishes)
+  store.ensure([TINY_GENERATED], DEVICES, root=str(tmp_path))
+  with open(os.path.join(cache, store.MANIFEST)) as f:
+    assert set(json.load(f)) == {"elsewhere", "tiny_layered"}
+
+
 def test_adam_slots_are_in_the_graph(tmp_path):
   encoder = _variant("tiny_encoder", families.ENCODER, layers=1, hidden=16,
                      heads=2, seq=4, batch=2, vocab=30)

@@ -6,10 +6,13 @@ built once per hardware (the op costs depend on which spec prices each
 device kind, not on how many devices there are: `p100x2` and `p100x8` share
 a cache) under `$TF_GDP_HOME/corpus/<hardware>/<variant>.json`, written
 atomically, with a manifest of what each graph is. A file whose corpus
-version or variant arguments differ from the table's is rebuilt.
+version or variant arguments differ from the table's is rebuilt. Several
+processes may build into one cache at once: each merges its own entries
+into the manifest under a lock, so none drops another's.
 """
 
 import dataclasses
+import fcntl
 import json
 import os
 import time
@@ -200,6 +203,7 @@ def ensure(variants: Sequence[families.Variant], devices: str, *,
   """
   cache = folder(devices, root)
   manifest = _read_manifest(cache)
+  added = {}
   done = []
   try:
     for variant in variants:
@@ -220,18 +224,34 @@ def ensure(variants: Sequence[families.Variant], devices: str, *,
               f"cannot write the corpus cache {cache}: {e.strerror or e}") from e
         entry = dict(describe(graph, devices),
                      build_seconds=round(time.perf_counter() - started, 1))
-        manifest[variant.name] = entry
+        manifest[variant.name] = added[variant.name] = entry
         log(f"corpus: {variant.name}: {entry['nodes']:,} ops, one device "
             f"{entry['one_device_peak_gib']:.1f} of "
             f"{entry['device_memory_gib']:.1f} GiB")
       elif variant.name not in manifest:
-        manifest[variant.name] = describe(json_io.load_json(path), devices)
+        manifest[variant.name] = added[variant.name] = describe(
+            json_io.load_json(path), devices)
       done.append(Built(variant, path, rebuilt, manifest[variant.name]))
   finally:
-    if done:
-      fileio.write_atomically(os.path.join(cache, MANIFEST),
-                              json.dumps(manifest, indent=1, sort_keys=True))
+    if added:
+      _merge_manifest(cache, added)
   return done
+
+
+def _merge_manifest(cache: str, entries: dict) -> None:
+  """Adds `entries` to the manifest as it is now on disk, under a lock.
+
+  A build takes minutes; another process may have added its own graphs to
+  the manifest meanwhile, which writing back the copy read at the start
+  would drop.
+  """
+  os.makedirs(cache, exist_ok=True)
+  with open(os.path.join(cache, MANIFEST + ".lock"), "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    manifest = _read_manifest(cache)
+    manifest.update(entries)
+    fileio.write_atomically(os.path.join(cache, MANIFEST),
+                            json.dumps(manifest, indent=1, sort_keys=True))
 
 
 def _read_manifest(folder: str) -> dict:
