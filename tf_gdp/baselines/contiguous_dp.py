@@ -49,8 +49,10 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
           memory_headroom: float = common.DEFAULT_HEADROOM) -> np.ndarray:
   """The fastest simulated of the DP's best contiguous splits (module doc)."""
   del seed  # deterministic
-  plan = _plan(graph, topology, max_cuts, activation_fraction,
-               memory_headroom)
+  view = common.group_view(graph, topology)
+  plan = _plan(view, common.memory_model(
+      view, activation_fraction=activation_fraction,
+      memory_headroom=memory_headroom), max_cuts)
   if not plan.splits:
     return _repaired(plan)
   splits = plan.splits
@@ -77,14 +79,20 @@ def fewest_stages(graph: op_graph.OpGraph,
   """The split over the fewest devices that fits the memory estimate.
 
   No placement is judged (the memory estimate calibrates itself on the
-  one-device step, as every estimate does). A step without micro-batches gains nothing from
-  being cut into more stages than memory needs (each cut only adds its
-  transfers), so of the DP's feasible splits this takes the one with the
-  fewest stages: all on one GPU when the step fits it, else the least-cut
-  pipeline of whole layers that does. If none fits, the DP's best split
+  one-device step, as every estimate does). A step without micro-batches
+  gains nothing from being cut into more stages than memory needs (each cut
+  only adds its transfers), so of the DP's feasible splits this takes the
+  one with the fewest stages: all on one GPU when the step fits it, else
+  the least-cut pipeline of whole layers that does. If none fits, the DP's best split
   repaired by the estimate (`common.repair_memory`), as `place` does.
   """
-  plan = _plan(graph, topology, 1024, None, common.DEFAULT_HEADROOM)
+  view = common.group_view(graph, topology)
+  model = common.memory_model(view)
+  first = int(view.primary[0])
+  if model.need.sum() <= model.budget[first]:
+    # One stage fits: the DP's answer, without the layer order it needs.
+    return view.expand(np.where(view.allowed[:, first], first, view.fastest))
+  plan = _plan(view, model, 1024)
   if not plan.splits:
     return _repaired(plan)
   return plan.view.expand(plan.group_devices(min(plan.splits)))
@@ -105,11 +113,9 @@ class _Plan:
                           self.position)
 
 
-def _plan(graph, topology, max_cuts, activation_fraction,
-          memory_headroom) -> _Plan:
-  view = common.group_view(graph, topology)
-  model = common.memory_model(view, activation_fraction=activation_fraction,
-                              memory_headroom=memory_headroom)
+def _plan(view: common.GroupView, model: common.MemoryModel,
+          max_cuts: int) -> _Plan:
+  graph = view.graph
   backward = layer_order.backward_ops(graph)
   forward = layer_order.forward_order(graph, backward)
   owner = layer_order.owners(graph, backward, forward)
