@@ -779,6 +779,26 @@ def test_diffusion_unet_reads_the_timestep_everywhere_and_its_skips():
                                attention=(2,)), DEVICES)
 
 
+def _model_ops(graph, prefix: str, *, constants: bool = True):
+  """The ops under a Keras model's `prefix`, by name without it: (op type,
+  first output shape) of each with a known shape, and `read(name)`, the
+  ops (without the prefix) that op reads directly, constants too or not."""
+  names, types_ = graph.node_names, graph.op_types
+  forward = {n[len(prefix):]: (types_[i], graph.output_shapes[i][0])
+             for i, n in enumerate(names)
+             if graph.output_shapes[i] and n.startswith(prefix)}
+  inputs = [[] for _ in names]
+  for src, dst in zip(graph.edge_src, graph.edge_dst):
+    inputs[dst].append(src)
+
+  def read(name):
+    return {names[i][len(prefix):]
+            for i in inputs[graph.node_index[prefix + name]]
+            if constants or types_[i] != "Const"}
+
+  return forward, read
+
+
 def _tiny_mobilevit(**changes):
   args = dict(channels=(4, 4, 8, 8, 8, 8, 16), dims=(8, 8, 8),
               depths=(1, 2, 1), expansion=2, heads=2, image_size=64,
@@ -788,19 +808,7 @@ def _tiny_mobilevit(**changes):
 
 def test_mobilevit_attends_across_patches_and_fuses_with_its_input():
   graph = store.build_graph(_tiny_mobilevit(), DEVICES)
-  names, types_ = graph.node_names, graph.op_types
-  forward = {n[len("mobilevit/"):]: (types_[i], graph.output_shapes[i][0])
-             for i, n in enumerate(names)
-             if graph.output_shapes[i] and n.startswith("mobilevit/")}
-  index = graph.node_index
-  inputs = [[] for _ in names]
-  for src, dst in zip(graph.edge_src, graph.edge_dst):
-    inputs[dst].append(src)
-
-  def read(name):
-    """The forward nodes `name` reads directly."""
-    return {names[i][len("mobilevit/"):]
-            for i in inputs[index[f"mobilevit/{name}"]]}
+  forward, read = _model_ops(graph, "mobilevit/")
 
   def scopes(op, part):
     return sorted(n.split(part)[0] for n, (t, _) in forward.items()
@@ -889,20 +897,7 @@ def _tiny_deeplab(**changes):
 
 def test_deeplab_joins_five_atrous_branches_and_a_stride_4_skip():
   graph = store.build_graph(_tiny_deeplab(), DEVICES)
-  names, types_ = graph.node_names, graph.op_types
-  forward = {n[len("deeplab/"):]: (types_[i], graph.output_shapes[i][0])
-             for i, n in enumerate(names)
-             if graph.output_shapes[i] and n.startswith("deeplab/")}
-  index = graph.node_index
-  inputs = [[] for _ in names]
-  for src, dst in zip(graph.edge_src, graph.edge_dst):
-    inputs[dst].append(src)
-
-  def read(name):
-    """The forward ops but constants that `name` reads directly."""
-    return {names[i][len("deeplab/"):]
-            for i in inputs[index[f"deeplab/{name}"]]
-            if types_[i] != "Const"}
+  forward, read = _model_ops(graph, "deeplab/", constants=False)
 
   # Output stride 16: the stem and its pool to 16 pixels, stages 2 and 3
   # halve it, stage 4 keeps 4 (a quarter of the image's 64 / 16).
