@@ -305,10 +305,12 @@ def test_pipeline_noise_moves_each_stage_to_its_device_per_sample():
   shift = policy.noisy_logits(batch, tf.constant(noise)).numpy() - base[None]
   np.testing.assert_allclose(shift[0], 0.0, atol=1e-4)
   group_of = _group_of(graph, devices)
-  # 2 GPUs: stage 0 on GPU 0's centre, 1/3 two thirds of the way to GPU 1.
+  # 2 GPUs: stage 0 on GPU 0's centre; 1/3, a third of the way to GPU 1,
+  # gets the whole gain towards GPU 0, where the stage rule sends it (a
+  # soft pull, 2/3 against 1/3 of the gain, would leave it to the logits).
   np.testing.assert_allclose(shift[1][group_of[0]], [4.0, 0.0], atol=1e-4)
-  np.testing.assert_allclose(shift[1][group_of[2]], [4.0 * 2 / 3, 4.0 / 3],
-                             atol=1e-4)
+  np.testing.assert_allclose(shift[1][group_of[2]], [4.0, 0.0], atol=1e-4)
+  np.testing.assert_allclose(shift[1][group_of[4]], [0.0, 4.0], atol=1e-4)
   np.testing.assert_allclose(shift[1][group_of[7]], [0.0, 4.0], atol=1e-4)
   # The second stage rule's column pushes along its own stages (the same
   # ones in a plain chain).
@@ -316,3 +318,11 @@ def test_pipeline_noise_moves_each_stage_to_its_device_per_sample():
   noise[1, 0, features.PIPELINE_NOISE_COLUMN + 1] = 4.0
   second = policy.noisy_logits(batch, tf.constant(noise)).numpy() - base[None]
   np.testing.assert_allclose(second, shift, atol=1e-4)
+  # With shifted centres (a push trying a neighbouring split) the pull
+  # stays soft, and the policy settles the boundary layers: GPU 0's centre
+  # moved right by 0.1 slot, stage 1/3 is 7/30 slot from it and 2/3 from
+  # GPU 1's.
+  noise[1, :, features.PIPELINE_SHIFT_COLUMN] = [0.1, 0.0]
+  soft = policy.noisy_logits(batch, tf.constant(noise)).numpy() - base[None]
+  np.testing.assert_allclose(soft[1][group_of[2]],
+                             [4.0 * (1 - 7 / 30), 4.0 / 3], atol=1e-4)

@@ -73,6 +73,28 @@ def test_the_pull_is_the_policy_stage_direction():
         policy_pull[0, :graph.num_nodes], atol=1e-6)
 
 
+def test_a_pipeline_push_targets_the_rule_placement():
+  from tf_gdp.policy import devices  # pylint: disable=g-import-not-at-top
+  from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
+  graph = _grid_graph()
+  for topo in (topology.get("p100x4"), topology.get("p100x3")):
+    inputs = features.policy_inputs(graph, topo)
+    found = stage_pipeline.rule_placements(graph, topo)
+    for r, rule in enumerate(scopes.STAGE_RULES):
+      pair = inputs.stage_features[None, :, 2 * r:2 * r + 2]
+      target = devices.stage_target(
+          pair, inputs.device_features[None], inputs.device_mask[None])
+      target = target.numpy()[0, :graph.num_nodes]
+      assert set(np.unique(target.sum(-1))) <= {0.0, 1.0}
+      # Where the pulled device is allowed (not the CPU-only op).
+      groups = inputs.group_ids[:graph.num_nodes]
+      pulled = (target.sum(-1) > 0) & inputs.allowed[
+          groups, target.argmax(-1)]
+      assert pulled.sum() >= 4
+      np.testing.assert_array_equal(
+          target.argmax(-1)[pulled], found[rule][inputs.order][pulled])
+
+
 def test_without_stages_it_falls_back_and_says_so():
   graph = op_graph.OpGraph.build(
       name="flat", node_names=["a", "b"], op_types=["MatMul"] * 2,

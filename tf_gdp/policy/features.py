@@ -106,8 +106,7 @@ F_DEVICE = len(DEVICE_FEATURE_NAMES)
 # placement's random pushes, zeros in every observation a graph produces
 # (the greedy policy); samplers fill it. One column per stage rule
 # (`scopes.STAGE_RULES`): its value on device 0 is the sample's pipeline
-# push, a random gain on the direction of that rule's stages
-# (`devices.stage_direction`).
+# push, a random gain towards that rule's pipeline (`devices.stage_target`).
 PIPELINE_NOISE_COLUMN = 0
 NUM_STAGE_RULES = len(scopes.STAGE_RULES)
 # And one column of per-device shifts of the stage slots' centres, in slots

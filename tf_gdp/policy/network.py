@@ -22,9 +22,12 @@ layer (thousands of ops) to another GPU, and moving a few of its ops first
 only adds transfers, so a policy that explores op by op never sees the
 reward of the move. A sampler may therefore give each sampled placement
 noise (observation `exploration_noise`, zeros for the greedy policy): per
-stage rule (`scopes.STAGE_RULES`) a random gain on that rule's pipeline
-direction (`devices.stage_direction`), and per device a shift of the
-stages' device centres; and per placement push (`policy.push_placements`:
+stage rule (`scopes.STAGE_RULES`) a random gain towards that rule's
+pipeline (`devices.stage_target`: each op's stage sends it to one device,
+boundary layers included); in some samples, per device a shift of the
+stages' device centres, and then the gain is along the soft pull of the
+shifted centres (`devices.stage_direction`: a neighbouring split whose
+boundary layers the policy settles); and per placement push (`policy.push_placements`:
 a balanced cut of the graph, m-ETF's schedule, the side-branch offload,
 the fewest contiguous stages that fit memory) a
 gain on the direction of that placement (`features.PLACEMENT_NOISE_COLUMN`).
@@ -243,17 +246,24 @@ _FINISH_KEYS = ("allowed", "device_mask", "group_mask", "group_ids",
 def _pipeline_noise(noise, observation, num_groups):
   """[B, G, D]: the sample's random gains times each push's direction.
 
-  The stage rules' directions use the sample's shifted device centres, if
-  any; a placement push's direction (one device per op) is never shifted.
+  A stage rule's direction is its pipeline (`devices.stage_target`), or,
+  in a sample whose device centres are shifted, the soft pull of the
+  shifted centres (`devices.stage_direction`); a placement push's
+  direction (one device per op) is never shifted.
   """
   device_mask = tf.cast(observation["device_mask"], tf.bool)
   shift = noise[:, :, features.PIPELINE_SHIFT_COLUMN]  # [B, D]
   push = 0.0
+  shifted = tf.reduce_any(tf.not_equal(shift, 0.0), axis=-1)  # [B]
   for r in range(features.NUM_STAGE_RULES):
     gain = noise[:, 0, features.PIPELINE_NOISE_COLUMN + r]
-    push += gain[:, None, None] * devices.stage_direction(
-        observation["stage_features"][..., 2 * r:2 * r + 2],
-        observation["device_features"], device_mask, centre_shift=shift)
+    stages = (observation["stage_features"][..., 2 * r:2 * r + 2],
+              observation["device_features"], device_mask)
+    direction = tf.where(
+        shifted[:, None, None],
+        devices.stage_direction(*stages, centre_shift=shift),
+        devices.stage_target(*stages))
+    push += gain[:, None, None] * direction
   for p in range(features.NUM_PLACEMENT_PUSHES):
     gain = noise[:, 0, features.PLACEMENT_NOISE_COLUMN + p]
     push += gain[:, None, None] * devices.stage_direction(
