@@ -1098,6 +1098,128 @@ def test_captioner_decoder_reads_convolutional_tokens_in_every_layer():
     store.build_graph(_tiny_captioner(width=9), DEVICES)
 
 
+def _tiny_llama(**changes):
+  args = dict(layers=2, hidden=8, heads=4, kv_heads=2, seq=4, batch=2,
+              vocab=11, ffn=12)
+  return _variant("tiny_llama", families.LLAMA, **{**args, **changes})
+
+
+def test_llama_blocks_rotate_queries_and_keys_and_share_kv_heads():
+  graph = store.build_graph(_tiny_llama(), DEVICES)
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  layers = ("layer_0", "layer_1")
+  # A stack of numbered blocks, each reading the one before: the stage
+  # rules put every op of block i, forward and backward, at stage i.
+  assert {scopes.numbered_scopes(n)[0] for n in names
+          if n.startswith("layer_")} == set(layers)
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  stream = "token_embedding/embedding_lookup/Identity"
+  for i, layer in enumerate(layers):
+    ops = [j for j, n in enumerate(names) if n.startswith(f"{layer}/")
+           or n.startswith(f"gradient_tape/{layer}/")]
+    assert known[ops].all() and (stage[ops] == i).all(), layer
+    assert read(f"{layer}/attention_norm/Square") == {stream}
+    assert read(f"{layer}/attention_residual") == {
+        stream, f"{layer}/attention/out/MatMul"}
+    stream = f"{layer}/mlp_residual"
+    assert read(stream) == {f"{layer}/attention_residual",
+                            f"{layer}/mlp/down/MatMul"}
+  assert "layer_1/mlp_residual" in read("final_norm/Square")
+  # Rotary embeddings: one cos and one sin table, [4 positions, 1, head
+  # width 2], turn the queries and the keys of every layer, and the scores
+  # read only the turned ones.
+  assert forward["rotary/cos"] == ("Cos", (4, 1, 2))
+  assert forward["rotary/sin"] == ("Sin", (4, 1, 2))
+  tables = {"rotary_query": ("rotary/query_cos", "rotary/query_sin"),
+            "rotary_key": ("rotary/cos", "rotary/sin")}
+  assert read("rotary/query_cos") == {"rotary/cos"}
+  assert read("rotary/query_sin") == {"rotary/sin"}
+  for layer in layers:
+    a = f"{layer}/attention"
+    for turn, projected in (("rotary_query", "Reshape"),
+                            ("rotary_key", "Reshape_1")):
+      cos, sin = tables[turn]
+      assert read(f"{a}/{turn}/mul") == {f"{a}/{projected}", cos}, layer
+      assert read(f"{a}/{turn}/mul_1") == {f"{a}/{turn}/concat", sin}, layer
+      assert read(f"{a}/{turn}/rotated") == {f"{a}/{turn}/mul",
+                                             f"{a}/{turn}/mul_1"}
+    assert read(f"{a}/einsum/Einsum") == {f"{a}/rotary_query/rotated",
+                                          f"{a}/rotary_key/rotated"}
+    # Grouped-query attention: 4 query heads, 2 key/value heads of width 2,
+    # so scores [batch, 2 key/value heads, 2 groups, 4, 4] under the
+    # causal mask, and values read by head group.
+    query = forward[f"{a}/query/MatMul"][1]
+    assert query == (8, 4 * 2)
+    for part in ("key", "value"):
+      assert forward[f"{a}/{part}/MatMul"][1] == (8, 2 * 2), (layer, part)
+      assert forward[f"{a}/{part}/MatMul"][1][1] < query[1]
+    assert forward[f"{a}/einsum/Einsum"][1] == (2, 2, 2, 4, 4)
+    assert read(f"{a}/add") == {f"{a}/mul", "causal_mask/mul"}
+    assert read(f"{a}/einsum_1/Einsum") == {f"{a}/Softmax", f"{a}/Reshape_2"}
+    assert read(f"{a}/Reshape_2") == {f"{a}/value/MatMul"}
+    # SwiGLU: silu(x W1) gates x W3, then W2.
+    m = f"{layer}/mlp"
+    assert read(f"{m}/silu") == {f"{m}/gate/MatMul", f"{m}/Sigmoid"}
+    assert read(f"{m}/Sigmoid") == {f"{m}/gate/MatMul"}
+    assert forward[f"{m}/swiglu"] == ("Mul", (8, 12))
+    assert read(f"{m}/swiglu") == {f"{m}/silu", f"{m}/up/MatMul"}
+    assert f"{m}/swiglu" in read(f"{m}/down/MatMul")
+  assert forward["causal_mask/MatrixBandPart"][1] == (4, 4)
+  # Next-token cross-entropy: one read of the [2, 5] tokens gives the
+  # inputs (the first 4 of each row, embedded), another the labels (the
+  # last 4); the logits come from an output projection of its own.
+  loss = "/".join(["SparseSoftmaxCrossEntropyWithLogits"] * 2)
+  assert read(loss) == {"output/MatMul", "Reshape_1"}
+  assert forward["output/MatMul"][1] == (8, 11)
+  for sliced, flat in (("strided_slice", "Reshape"),
+                       ("strided_slice_1", "Reshape_1")):
+    (tokens,) = read(sliced)
+    assert forward[tokens][1] == (2, 5)
+    assert forward[sliced][1] == (2, 4)
+    assert read(flat) == {sliced}
+  assert "Reshape" in read("token_embedding/embedding_lookup")
+
+  def variables(op):
+    """The variables (resource placeholders) `op` reads."""
+    return {n for n in read(op)
+            if types_[graph.node_index[n]] == "Placeholder"}
+
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in variables(n):
+        updates.setdefault(v, []).append(n)
+  # AdamW: the loss reaches one update of every weight of every layer (its
+  # Adam step), and every matrix has a second update that the loss does not
+  # reach (the decoupled decay); the norms' gains do not decay.
+  read_by = {}
+  for scope in layers + ("final_norm", "output", "token_embedding"):
+    rank = {v: len(forward[n][1]) for n, (t, _) in forward.items()
+            if n.startswith(f"{scope}/")
+            and t in ("ReadVariableOp", "ResourceGather")
+            for v in variables(n)}
+    assert len(rank) == (9 if scope in layers else 1), scope
+    for v, r in rank.items():
+      reached = sorted(loss in _ancestors(graph, [u])
+                       for u in updates.get(v, ()))
+      assert reached == ([False, True] if r == 2 else [True]), (scope, v)
+    read_by[scope] = set(rank)
+  assert read_by["token_embedding"] != read_by["output"]
+  # 21 weights (the embedding, 9 per layer, the final gain, the output's
+  # kernel), 16 of them matrices; Adam assigns two slots per weight.
+  assert _count(graph, "AssignSubVariableOp") == 21 + 16
+  assert _count(graph, "AssignVariableOp") == 2 * 21
+  # Every shape is known but the embedding's gradient rows (reshaped at run
+  # time).
+  assert graph.metadata["unknown_shape_nodes"] == 1
+  with pytest.raises(ValueError, match="key/value heads"):
+    store.build_graph(_tiny_llama(kv_heads=3), DEVICES)
+  with pytest.raises(ValueError, match="even"):
+    store.build_graph(_tiny_llama(hidden=12), DEVICES)
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

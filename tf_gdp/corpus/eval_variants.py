@@ -112,6 +112,16 @@ def captioners(sizes):
           for encoder, width, decoder, image, length, batch in sizes]
 
 
+def llamas(sizes):
+  """(layers, hidden, query heads, key/value heads, sequence length, batch)
+  per variant; SwiGLU of LLaMA's width, 32,000 tokens."""
+  return [(f"llama_l{layers}_h{hidden}_q{heads}_kv{kv_heads}_s{seq}"
+           f"_b{batch}",
+           dict(layers=layers, hidden=hidden, heads=heads,
+                kv_heads=kv_heads, seq=seq, batch=batch))
+          for layers, hidden, heads, kv_heads, seq, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

@@ -14,14 +14,15 @@ detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
 PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
 pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
-DeepLabV3+ semantic segmenter and an image captioner written with tf_keras
-layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
-`speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`,
-`video`, `pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`,
-`mobilevit`, `deeplab`, `captioner`), Keras 3 applications and layers
-(`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs) and
-generated graphs (`tf_gdp.graph.generators`). The evaluation families'
-variant names and arguments come from `eval_variants`.
+DeepLabV3+ semantic segmenter, an image captioner and a LLaMA-style
+language model written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
+`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
+`conformer`, `hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`,
+`llama`), Keras 3 applications and layers (`keras3_models`), the zoo's
+models (`tf_gdp.zoo`, with knobs) and generated graphs
+(`tf_gdp.graph.generators`). The evaluation families' variant names and
+arguments come from `eval_variants`.
 """
 
 import dataclasses
@@ -38,12 +39,14 @@ SPLITS = (TRAIN, EVAL)
 (KERAS, ENCODER, DECODER, VIT, TRANSLATION, RECURRENT, UNET, MIXER, DLRM,
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
- SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER) = (
+ SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
+ LLAMA) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
-     "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner")
+     "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
+     "llama")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,6 +339,15 @@ _FAMILIES = (
            "(corpus.captioner)",
            _variants("captioner", CAPTIONER,
                      eval_variants.captioners(sizes.CAPTIONER_SIZES))),
+    Family("llama", EVAL, "LLaMA-style decoder-only language model: a "
+           "token embedding, then pre-norm decoder blocks (each its own "
+           "numbered scope) of RMSNorm, causal self-attention with rotary "
+           "position embeddings on queries and keys and grouped-query "
+           "attention (fewer key/value heads than query heads), RMSNorm and "
+           "a SwiGLU MLP, each with a residual add; a final RMSNorm, an "
+           "untied output projection, next-token softmax cross-entropy, "
+           "AdamW (corpus.llama)",
+           _variants("llama", LLAMA, eval_variants.llamas(sizes.LLAMA_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

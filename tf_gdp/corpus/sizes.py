@@ -60,3 +60,7 @@ DEEPLAB_SIZES = ((50, 256, 6), (50, 384, 10), (101, 448, 10),
 # length, batch), by one-device peak memory only; a ResNet-18 encoder.
 CAPTIONER_SIZES = ((0, 512, 6, 224, 32, 36), (2, 512, 6, 224, 32, 108),
                    (0, 768, 8, 288, 48, 92), (2, 1024, 6, 384, 64, 124))
+# LLaMA: (layers, hidden, query heads, key/value heads, sequence length,
+# batch), by one-device peak memory only.
+LLAMA_SIZES = ((8, 512, 8, 2, 512, 4), (12, 768, 12, 4, 1024, 3),
+               (16, 1024, 16, 8, 512, 4), (24, 1280, 10, 2, 2048, 1))

@@ -126,6 +126,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import gnn
   from tf_gdp.corpus import hrnet
   from tf_gdp.corpus import keras3_models
+  from tf_gdp.corpus import llama
   from tf_gdp.corpus import mobilevit
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import perceiver
@@ -172,6 +173,7 @@ def _extract(variant: families.Variant):
       families.MOBILEVIT: lambda: mobilevit.mobilevit(**args),
       families.DEEPLAB: lambda: deeplab.deeplab(**args),
       families.CAPTIONER: lambda: captioner.captioner(**args),
+      families.LLAMA: lambda: llama.llama(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
