@@ -495,18 +495,24 @@ def test_every_other_sample_gets_a_pipeline_push():
   assert not np.any(off.numpy())
 
 
+def _four_layer_chain():
+  """Four numbered layers of three ops, a chain."""
+  names = [f"layer_{i}/op{j}" for i in range(4) for j in range(3)]
+  chain = list(range(len(names)))
+  return op_graph.OpGraph.build(
+      name="layers", node_names=names, op_types=["MatMul"] * len(names),
+      costs={"GPU": [100.0] * len(names)}, output_bytes=[1000] * len(names),
+      memory_bytes=[0] * len(names), edge_src=chain[:-1], edge_dst=chain[1:],
+      edge_bytes=[1000] * (len(names) - 1))
+
+
 def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
     monkeypatch):
   # Four numbered layers of three ops on four GPUs, uniform logits: a push
   # without a shift sends layer i to GPU i. Every draw is replaced by
   # "device 0", so only the pushed samples can differ from it.
-  names = [f"layer_{i}/op{j}" for i in range(4) for j in range(3)]
-  chain = list(range(len(names)))
-  graph = op_graph.OpGraph.build(
-      name="layers", node_names=names, op_types=["MatMul"] * len(names),
-      costs={"GPU": [100.0] * len(names)}, output_bytes=[1000] * len(names),
-      memory_bytes=[0] * len(names), edge_src=chain[:-1], edge_dst=chain[1:],
-      edge_bytes=[1000] * (len(names) - 1))
+  graph = _four_layer_chain()
+  names = graph.node_names
   task = placement_task.PlacementTask(graph, gpus(4))
   policy = tiny_policy("feedforward")
   exploration.policy_logits(policy, {
@@ -549,6 +555,32 @@ def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
                               task.topology).step_time_us
   assert staged != one_device
   assert greedy_and_samples[1] == pytest.approx(staged)  # rule 0, no shift
+
+
+def test_zero_shot_unshifted_pushes_outweigh_a_confident_policy():
+  # Logits scaled far beyond any push gain, and no entropy floor to shrink
+  # them: the unshifted pipeline push is still the rule's pipeline (layer i
+  # on GPU i), and the METIS push still the cut, while an unpushed sample
+  # is the policy's own.
+  graph = _four_layer_chain()
+  task = placement_task.PlacementTask(graph, gpus(4))
+  policy = tiny_policy("feedforward")
+  observation = {k: tf.convert_to_tensor(v[None]) for k, v in
+                 features.as_tensors(features.policy_inputs(
+                     graph, task.topology)).items()}
+  exploration.policy_logits(policy, observation)
+  policy.logit_scale.assign(1e4)
+  logits = exploration.policy_logits(policy, observation).numpy()[0]
+  spread = logits.max(-1) - logits.min(-1)
+  assert np.median(spread) > 10 * exploration.PIPELINE_EXPLORATION
+  shot = zero_shot.zeroshot(policy, task, samples=10, seed=0,
+                            entropy_floor=0.0)
+  judge = lambda p: simulator.simulate(
+      graph, np.asarray(p, np.int32), task.topology).step_time_us
+  staged = judge(np.repeat(np.arange(4), 3))
+  assert shot.valid_step_times_us[1] == pytest.approx(staged)
+  cut = metis.partition_devices(graph, task.topology)
+  assert shot.valid_step_times_us[2] == pytest.approx(judge(cut))
 
 
 def test_pipeline_pushes_stop_when_they_do_not_pay_off():

@@ -55,6 +55,13 @@ ENTROPY_FLOOR = 0.25
 # unpushed samples.
 PUSH_PERIOD = 16
 PUSH_ROWS = (2, 4, 6, 8)
+# Zero-shot's pushed samples without a shift weigh their push this many times
+# over the policy's logits, which then only settle what the push leaves
+# open: a policy sure of itself on a topology it never trained on (v3 on
+# eight V100s: logits spread up to 44 per group, no entropy floor scaling)
+# outvotes a push of gain 24-100 group by group, and the offload's push on a
+# LLaMA-style model came out at 175 ms against the offload's own 54.
+PUSH_DOMINANCE = 1000.0
 # Each sample's random numbers are drawn as a block of this many columns per
 # device before the EXPLORATION_SIZE that are kept. The block fixes which
 # numbers a seed gives each push, so the published runs' seeds reproduce.
@@ -195,6 +202,13 @@ def pushed_samples(noise) -> tf.Tensor:
       noise[:, :, first:first + features.NUM_STAGE_RULES],
       noise[:, :, features.PLACEMENT_NOISE_COLUMN:]], -1)
   return tf.reduce_any(tf.not_equal(gains, 0.0), axis=[1, 2])
+
+
+def shifted_samples(noise) -> tf.Tensor:
+  """bool[S]: which of S samples' noise shifts the stages' device centres
+  (a pipeline push trying a neighbouring split)."""
+  return tf.reduce_any(
+      tf.not_equal(noise[:, :, features.PIPELINE_SHIFT_COLUMN], 0.0), axis=1)
 
 
 def stateless_categorical_sample(logits: tf.Tensor, seed) -> tf.Tensor:

@@ -81,7 +81,8 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
     pipeline_exploration: the random pipeline gain of every other sample
       (as in training, `TrainConfig.pipeline_exploration`); 0 for none. The
       greedy placement never has noise. A pushed sample is the argmax of
-      its pushed logits, not a draw from them.
+      its pushed logits, not a draw from them; without a shift the push
+      outweighs the policy's logits (`exploration.PUSH_DOMINANCE`).
   """
   started = time.perf_counter()
   task = placement_task.as_task(task, topology)
@@ -109,13 +110,20 @@ def zeroshot(policy, task, topology=None, *, samples: int = 16,
   if sample_logits is not None:
     # The floor's factor scales the policy's logits, not the noise (as in
     # training, where the noise is added after `logit_scale`).
-    noisy = logits * factor + (sample_logits - logits)
+    push = sample_logits - logits
+    noisy = logits * factor + push
     sampled = exploration.stateless_categorical_sample(noisy, seed_pair)
     # A pushed sample is its pushed logits' argmax: the push names a whole
     # pipeline, and drawing each group around it scatters a few groups.
+    # Without a shift the push decides every group it pulls one way
+    # (`exploration.PUSH_DOMINANCE`); with one, the policy settles the
+    # boundary layers of the neighbouring split.
     pushed = exploration.pushed_samples(noise[1:])
+    dominant = pushed & ~exploration.shifted_samples(noise[1:])
+    weight = tf.where(dominant, exploration.PUSH_DOMINANCE, 1.0)
+    decided = logits * factor + push * weight[:, None, None]
     sampled = tf.where(pushed[:, None],
-                       tf.argmax(noisy, axis=-1, output_type=tf.int32),
+                       tf.argmax(decided, axis=-1, output_type=tf.int32),
                        sampled)
   else:
     sampled = tf.transpose(tf.random.stateless_categorical(
