@@ -1220,6 +1220,103 @@ def test_llama_blocks_rotate_queries_and_keys_and_share_kv_heads():
     store.build_graph(_tiny_llama(hidden=12), DEVICES)
 
 
+def _tiny_edsr(**changes):
+  args = dict(blocks=10, features=4, scale=4, patch=5, batch=2)
+  return _variant("tiny_edsr", families.EDSR, **{**args, **changes})
+
+
+def test_edsr_stacks_scaled_residual_blocks_and_upsamples_by_sub_pixels():
+  graph = store.build_graph(_tiny_edsr(), DEVICES)
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  blocks = tuple(f"block_{i}" for i in range(10))
+  # A stack of numbered blocks, each reading the one before: the stage
+  # rules put every op of block i, forward and backward, at stage i (of
+  # 0-9, scaled to [0, 1]). Adam's updates, outside the blocks, are numbered
+  # too (`mul_7/...`); here, from 9 blocks on, the blocks hold more ops.
+  assert {scopes.numbered_scopes(n)[0] for n in names
+          if n.startswith("block_")} == set(blocks)
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  for i, block in enumerate(blocks):
+    ops = [j for j, n in enumerate(names) if n.startswith(f"{block}/")
+           or n.startswith(f"gradient_tape/{block}/")]
+    assert known[ops].all() and (stage[ops] == i / 9).all(), block
+  # Each block: conv, ReLU, conv, scaled by a constant, added to the block's
+  # input; no normalization.
+  stream = "head/BiasAdd"
+  assert forward[stream] == ("BiasAdd", (2, 5, 5, 4))
+  for block in blocks:
+    assert stream in read(f"{block}/conv_in/Conv2D"), block
+    assert read(f"{block}/relu") == {f"{block}/conv_in/BiasAdd"}
+    assert f"{block}/relu" in read(f"{block}/conv_out/Conv2D")
+    assert read(f"{block}/scaled") == {f"{block}/conv_out/BiasAdd"}
+    assert forward[f"{block}/scaled"][0] == "Mul"
+    assert read(f"{block}/residual") == {stream, f"{block}/scaled"}, block
+    stream = f"{block}/residual"
+    assert forward[stream] == ("AddV2", (2, 5, 5, 4))
+  assert not any(types_[graph.node_index[n]].startswith("FusedBatchNorm")
+                 for n in names)
+  # A last convolution of the body, then the global skip from the head.
+  assert stream in read("body/conv/Conv2D")
+  assert read("body/global_skip") == {"body/conv/BiasAdd", "head/BiasAdd"}
+  # x4: two sub-pixel steps, each a convolution to 4x the maps and a
+  # depth-to-space by 2, then a convolution to RGB at 20 x 20.
+  assert sorted((n, s) for n, (t, s) in forward.items()
+                if t == "DepthToSpace") == [
+                    ("upsample/first/depth_to_space", (2, 10, 10, 4)),
+                    ("upsample/second/depth_to_space", (2, 20, 20, 4))]
+  assert "body/global_skip" in read("upsample/first/conv/Conv2D")
+  for step in ("first", "second"):
+    assert forward[f"upsample/{step}/conv/Conv2D"][1][-1] == 16
+    assert read(f"upsample/{step}/depth_to_space") == {
+        f"upsample/{step}/conv/BiasAdd"}
+  assert "upsample/second/depth_to_space" in read("output/Conv2D")
+  assert forward["output/BiasAdd"] == ("BiasAdd", (2, 20, 20, 3))
+  # L1 loss: the mean absolute difference from the high-resolution target.
+  assert forward["loss/absolute_error"][0] == "Abs"
+  assert read("loss/absolute_error") == {"loss/error"}
+  (target,) = read("loss/error") - {"output/BiasAdd"}
+  assert forward[target] == ("ReadVariableOp", (2, 20, 20, 3))
+  assert read("loss/Mean") == {"loss/absolute_error"}
+  # Its gradient is the sign of the difference, which reaches the one Adam
+  # update of every weight of every block.
+  sign = "gradient_tape/loss/absolute_error/Sign"
+  assert forward[sign][0] == "Sign" and read(sign) == {"loss/error"}
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in read(n):
+        if types_[graph.node_index[v]] == "Placeholder":
+          updates.setdefault(v, []).append(n)
+  for block in blocks:
+    weights = {n for n in names if n.startswith(f"{block}/")
+               and types_[graph.node_index[n]] == "Placeholder"}
+    assert len(weights) == 4, block  # two kernels, two biases
+    for v in weights:
+      assert len(updates.get(v, ())) == 1, (block, v)
+      assert sign in _ancestors(graph, updates[v]), (block, v)
+  # 50 weights (head, 10 blocks of 2 convolutions, body, 2 upsampling
+  # steps, output: a kernel and a bias each); Adam's two slots per weight.
+  assert _count(graph, "AssignSubVariableOp") == 50
+  assert _count(graph, "AssignVariableOp") == 2 * 50
+  assert graph.metadata["unknown_shape_nodes"] == 0
+
+  # x2 and x3: one convolution to 4x or 9x the maps, one depth-to-space.
+  for scale in (2, 3):
+    forward, _ = _model_ops(
+        store.build_graph(_tiny_edsr(blocks=1, scale=scale), DEVICES), "")
+    side = 5 * scale
+    assert [(n, s) for n, (t, s) in forward.items()
+            if t == "DepthToSpace"] == [
+                ("upsample/first/depth_to_space", (2, side, side, 4))]
+    assert forward["upsample/first/conv/Conv2D"][1] == (2, 5, 5,
+                                                        4 * scale ** 2)
+    assert forward["output/BiasAdd"][1] == (2, side, side, 3)
+  with pytest.raises(ValueError, match="scale"):
+    store.build_graph(_tiny_edsr(scale=5), DEVICES)
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

@@ -122,6 +122,15 @@ def llamas(sizes):
           for layers, hidden, heads, kv_heads, seq, batch in sizes]
 
 
+def edsrs(sizes):
+  """(residual blocks, feature maps, scale, low-resolution patch side, batch)
+  per variant; residuals scaled by 0.1 from 256 feature maps on."""
+  return [(f"edsr_r{blocks}_f{features}_x{scale}_p{patch}_b{batch}",
+           dict(blocks=blocks, features=features, scale=scale, patch=patch,
+                batch=batch))
+          for blocks, features, scale, patch, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

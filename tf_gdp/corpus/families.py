@@ -14,15 +14,16 @@ detector, a mixture-of-experts transformer, a graph neural network, a
 CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
 PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
 pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
-DeepLabV3+ semantic segmenter, an image captioner and a LLaMA-style
-language model written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
-`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
-`conformer`, `hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`,
-`llama`), Keras 3 applications and layers (`keras3_models`), the zoo's
-models (`tf_gdp.zoo`, with knobs) and generated graphs
-(`tf_gdp.graph.generators`). The evaluation families' variant names and
-arguments come from `eval_variants`.
+DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
+language model and an EDSR super-resolution network written with tf_keras
+layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
+`speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`,
+`video`, `pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`,
+`mobilevit`, `deeplab`, `captioner`, `llama`, `edsr`), Keras 3
+applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
+with knobs) and generated graphs (`tf_gdp.graph.generators`). The
+evaluation families' variant names and arguments come from
+`eval_variants`.
 """
 
 import dataclasses
@@ -40,13 +41,13 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA) = (
+ LLAMA, EDSR) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
-     "llama")
+     "llama", "edsr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,6 +349,15 @@ _FAMILIES = (
            "untied output projection, next-token softmax cross-entropy, "
            "AdamW (corpus.llama)",
            _variants("llama", LLAMA, eval_variants.llamas(sizes.LLAMA_SIZES))),
+    Family("edsr", EVAL, "EDSR single-image super-resolution network: "
+           "a 3x3 convolution from RGB to feature maps, residual blocks "
+           "(each its own numbered scope) of a 3x3 convolution, ReLU and a "
+           "3x3 convolution scaled by a constant and added to the block's "
+           "input, no batch norm; a 3x3 convolution and a global skip from "
+           "the head, a sub-pixel upsampler (convolutions to r^2 times the "
+           "maps, depth-to-space by r) and a 3x3 convolution to RGB; L1 "
+           "loss against the high-resolution image, Adam (corpus.edsr)",
+           _variants("edsr", EDSR, eval_variants.edsrs(sizes.EDSR_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -64,3 +64,7 @@ CAPTIONER_SIZES = ((0, 512, 6, 224, 32, 36), (2, 512, 6, 224, 32, 108),
 # batch), by one-device peak memory only.
 LLAMA_SIZES = ((8, 512, 8, 2, 512, 4), (12, 768, 12, 4, 1024, 3),
                (16, 1024, 16, 8, 512, 4), (24, 1280, 10, 2, 2048, 1))
+# EDSR: (residual blocks, feature maps, scale, low-resolution patch side,
+# batch), by one-device peak memory only.
+EDSR_SIZES = ((16, 64, 4, 64, 44), (32, 128, 3, 64, 48), (32, 256, 2, 96, 16),
+              (32, 256, 4, 96, 28))

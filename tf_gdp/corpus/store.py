@@ -122,6 +122,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import detector
   from tf_gdp.corpus import diffusion
   from tf_gdp.corpus import dual_encoder
+  from tf_gdp.corpus import edsr
   from tf_gdp.corpus import gan
   from tf_gdp.corpus import gnn
   from tf_gdp.corpus import hrnet
@@ -174,6 +175,7 @@ def _extract(variant: families.Variant):
       families.DEEPLAB: lambda: deeplab.deeplab(**args),
       families.CAPTIONER: lambda: captioner.captioner(**args),
       families.LLAMA: lambda: llama.llama(**args),
+      families.EDSR: lambda: edsr.edsr(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
