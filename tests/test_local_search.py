@@ -172,3 +172,35 @@ def test_moves_along_the_cut_need_a_cut():
   np.testing.assert_array_equal(moves.propose(current), current)
   with pytest.raises(ValueError, match="unknown local_search moves"):
     _chain_moves(("border", "teleport"))
+
+
+def test_a_start_that_does_not_fit_competes_repaired(monkeypatch):
+  # Eight 2 KiB ops of a chain on two 10 KiB GPUs. One start puts them all
+  # on GPU 0 (it overflows), the other alternates them (it fits, with a
+  # transfer per edge). Repaired, the first becomes two stages and is the
+  # faster start: judged as the baseline table judges starts, it wins.
+  n, kib = 8, 1 << 10
+  graph = op_graph.OpGraph.build(
+      name="tight", node_names=[f"op{i}" for i in range(n)],
+      op_types=["MatMul"] * n, costs={"GPU": [10.0] * n},
+      output_bytes=[kib] * n, memory_bytes=[2 * kib] * n,
+      edge_src=list(range(n - 1)), edge_dst=list(range(1, n)),
+      edge_bytes=[kib] * (n - 1))
+  devices = [topology.Device(f"/job:localhost/replica:0/task:0/device:GPU:{i}",
+                             "GPU", 10 * kib) for i in range(2)]
+  box = topology.custom("box", devices, np.full((2, 2), 10.0),
+                        np.full((2, 2), 1.0))
+  everything_on_zero = np.zeros(n, np.int32)
+  alternating = np.arange(n, dtype=np.int32) % 2
+  assert not simulator.simulate(graph, everything_on_zero, box).valid
+  assert simulator.simulate(graph, alternating, box).valid
+  monkeypatch.setattr(local_search, "STARTS", {
+      "on_zero": lambda g, t, seed: everything_on_zero,
+      "alternating": lambda g, t, seed: alternating})
+  result = baselines.run("local_search", graph, box, evaluations=40)
+  assert result.info["starts_repaired"] == ["on_zero"]
+  assert result.info["start"] == "on_zero"
+  assert (result.info["starts"]["on_zero"] <
+          result.info["starts"]["alternating"])
+  assert result.info["start_evaluations"] > 2  # the repair's count
+  assert simulator.simulate(graph, result.placement, box).valid
