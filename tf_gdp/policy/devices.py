@@ -185,8 +185,13 @@ def stage_target(stage_features, device_features, device_mask,
   pushed against the rule's 151). Ties go to the first device, as in
   `baselines.stage_pipeline`; ops nothing pulls get zeros.
   """
-  pull = stage_direction(stage_features, device_features, device_mask,
-                         centre_shift)
+  return crisp(stage_direction(stage_features, device_features, device_mask,
+                               centre_shift))
+
+
+def crisp(pull):
+  """float[..., D]: 1 on each row's largest pull (the first of ties), 0
+  elsewhere; rows that pull nothing stay zero."""
   pulled = tf.reduce_max(pull, axis=-1, keepdims=True) > 0
   return tf.one_hot(tf.argmax(pull, axis=-1), tf.shape(pull)[-1]) * tf.cast(
       pulled, tf.float32)

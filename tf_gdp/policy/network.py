@@ -257,12 +257,11 @@ def _pipeline_noise(noise, observation, num_groups):
   shifted = tf.reduce_any(tf.not_equal(shift, 0.0), axis=-1)  # [B]
   for r in range(features.NUM_STAGE_RULES):
     gain = noise[:, 0, features.PIPELINE_NOISE_COLUMN + r]
-    stages = (observation["stage_features"][..., 2 * r:2 * r + 2],
-              observation["device_features"], device_mask)
-    direction = tf.where(
-        shifted[:, None, None],
-        devices.stage_direction(*stages, centre_shift=shift),
-        devices.stage_target(*stages))
+    # Unshifted rows have zero shifts: their pull is the unshifted one.
+    pull = devices.stage_direction(
+        observation["stage_features"][..., 2 * r:2 * r + 2],
+        observation["device_features"], device_mask, centre_shift=shift)
+    direction = tf.where(shifted[:, None, None], pull, devices.crisp(pull))
     push += gain[:, None, None] * direction
   for p in range(features.NUM_PLACEMENT_PUSHES):
     gain = noise[:, 0, features.PLACEMENT_NOISE_COLUMN + p]
