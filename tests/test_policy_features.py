@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tf_gdp import errors
+from tf_gdp.baselines import heft
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import side_offload
 from tf_gdp.cost import topology
@@ -215,8 +216,8 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   topology = _topo(("GPU", "GPU", "CPU"))
   inputs = features.policy_inputs(graph, topology)
   assert push_placements.PUSHES == ("metis_cut", "m_etf", "side_offload",
-                                    "contiguous_split")
-  by_node = np.zeros((7, 8), np.float32)
+                                    "contiguous_split", "heft")
+  by_node = np.zeros((7, 10), np.float32)
   by_node[inputs.order] = inputs.placement_features[:inputs.num_nodes]
   assert by_node[:6, 1].tolist() == [1.0] * 6 and by_node[6, 1] == 0.0
   first, second = by_node[:3, 0], by_node[3:6, 0]
@@ -239,6 +240,11 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   # CPU-only sink goes where it must).
   np.testing.assert_array_equal(by_node[:, 7], np.ones(7))
   np.testing.assert_array_equal(by_node[:, 6], np.zeros(7))
+  # HEFT's schedule, coordinates as for m-ETF's.
+  earliest_finish = heft.place(graph, topology)
+  on_gpu = earliest_finish < 2
+  np.testing.assert_array_equal(by_node[:, 9], np.ones(7))
+  np.testing.assert_array_equal(by_node[on_gpu, 8], earliest_finish[on_gpu])
   # One primary device: nothing to cut.
   alone = features.policy_inputs(graph, _topo(("GPU", "CPU")))
   assert not alone.placement_features[:, :2].any()
@@ -257,5 +263,8 @@ def test_a_placement_that_does_not_exist_pushes_no_op():
     m_etf.place(graph, topology)
   inputs = features.policy_inputs(graph, topology)
   placed = inputs.placement_features[:inputs.num_nodes]
-  assert not placed[:, 2:].any()  # nor do the offload and the fewest stages
+  with pytest.raises(errors.InputError):
+    heft.place(graph, topology)
+  # Nor do the offload, the fewest stages and HEFT.
+  assert not placed[:, 2:].any()
   assert placed[:, 1].all()

@@ -86,6 +86,20 @@ def test_batch_rewards_match_the_simulator_and_keep_the_best():
   assert not simulator.constraint_problems(graph, best.placement, topology)
 
 
+def test_a_placement_priced_before_costs_no_evaluation():
+  env = environment.PlacementEnv(
+      [placement_task.PlacementTask(two_chains(), gpus())])
+  split = split_action(env)
+  together = np.zeros_like(split)
+  first = env.evaluate(0, [split, together, split])
+  assert env.evaluations == 2  # the repeat in one batch is free
+  again = env.evaluate(0, [together, split])
+  assert env.evaluations == 2
+  np.testing.assert_allclose(again.step_time_us, first.step_time_us[1::-1])
+  env.evaluate(0, [np.where(np.arange(split.size) == 0, 1 - split, split)])
+  assert env.evaluations == 3
+
+
 def test_out_of_memory_is_penalized_below_the_reference():
   # 600 MiB per op: one chain (2.4 GiB) fits a 3 GiB GPU, both do not.
   graph = two_chains(memory=600 << 20)

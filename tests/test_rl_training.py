@@ -26,6 +26,7 @@ from tf_gdp.rl import zero_shot
 from tf_gdp import errors
 from tf_gdp import graph_specs
 from tf_gdp.baselines import contiguous_dp
+from tf_gdp.baselines import heft
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import metis
 from tf_gdp.baselines import side_offload
@@ -451,17 +452,17 @@ def test_every_other_sample_gets_a_pipeline_push():
   placed = features.PLACEMENT_NOISE_COLUMN
   assert rules == 3 and shift == column + rules
   assert placed == shift + 1
-  assert features.NUM_PLACEMENT_PUSHES == len(exploration.PUSH_ROWS) == 4
-  assert features.EXPLORATION_SIZE == placed + 4
+  assert features.NUM_PLACEMENT_PUSHES == len(exploration.PUSH_ROWS) == 5
+  assert features.EXPLORATION_SIZE == placed + 5
   noise = exploration.exploration_noise(
       [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 10.0).numpy()
   pushes = noise[..., column:shift]
   assert (noise[0::2, :, column:placed] == 0).all()
-  # Rows 2, 4, 6 and 8 of every 16 lean towards the cut, m-ETF's
-  # placement, the side-branch offload and the fewest contiguous stages
-  # instead, never shifted, and no other row does.
+  # Rows 2, 4, 6, 8 and 10 of every 16 lean towards the cut, m-ETF's
+  # placement, the side-branch offload, the fewest contiguous stages and
+  # HEFT's placement instead, never shifted, and no other row does.
   row = np.arange(1200)
-  for p, push_row in enumerate((2, 4, 6, 8)):
+  for p, push_row in enumerate((2, 4, 6, 8, 10)):
     leans = row % 16 == push_row
     assert (noise[~leans, :, placed + p] == 0).all()
     assert (np.delete(noise[leans], placed + p, axis=-1) == 0).all()
@@ -475,6 +476,8 @@ def test_every_other_sample_gets_a_pipeline_push():
                          noise[row % 16 == 6, 0, placed + 2])
   assert not np.allclose(noise[row % 16 == 6, 0, placed + 2],
                          noise[row % 16 == 8, 0, placed + 3])
+  assert not np.allclose(noise[row % 16 == 8, 0, placed + 3],
+                         noise[row % 16 == 10, 0, placed + 4])
   # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
   # a gain of at least half the scale: 10 (0.5 + |N(0, 1)|).
   for rule in range(rules):
@@ -522,19 +525,20 @@ def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
   monkeypatch.setattr(exploration, "stateless_categorical_sample",
                       lambda logits, seed: tf.zeros(tf.shape(logits)[:-1],
                                                     tf.int32))
-  shot = zero_shot.zeroshot(policy, task, samples=10, seed=0,
+  shot = zero_shot.zeroshot(policy, task, samples=12, seed=0,
                             entropy_floor=0.0)
   noise = exploration.exploration_noise(
-      [11, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
+      [13, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
       exploration.PIPELINE_EXPLORATION).numpy()
   pushed = exploration.pushed_samples(noise[1:]).numpy()
-  # Rules 0, 1, 2, 0, 1 in samples 1, 3, 5, 7, 9; the cut in sample 2,
-  # m-ETF in 4, the side-branch offload in 6, the fewest stages in 8.
-  np.testing.assert_array_equal(pushed, [True] * 9 + [False])
+  # Rules 0, 1, 2, 0, 1, 2 in samples 1, 3, 5, 7, 9, 11; the cut in
+  # sample 2, m-ETF in 4, the side-branch offload in 6, the fewest stages
+  # in 8, HEFT in 10.
+  np.testing.assert_array_equal(pushed, [True] * 11 + [False])
   greedy_and_samples = shot.valid_step_times_us
   one_device = simulator.simulate(graph, np.zeros(len(names), np.int32),
                                   task.topology).step_time_us
-  assert greedy_and_samples[10] == pytest.approx(one_device)  # drawn: device 0
+  assert greedy_and_samples[12] == pytest.approx(one_device)  # drawn: device 0
   # The chain fits one GPU: the fewest stages is one.
   assert len(set(contiguous_dp.fewest_stages(graph, task.topology))) == 1
   assert greedy_and_samples[8] == pytest.approx(one_device)
@@ -551,6 +555,9 @@ def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
   scheduled = m_etf.place(graph, task.topology)
   assert greedy_and_samples[4] == pytest.approx(
       simulator.simulate(graph, scheduled, task.topology).step_time_us)
+  earliest_finish = heft.place(graph, task.topology)
+  assert greedy_and_samples[10] == pytest.approx(
+      simulator.simulate(graph, earliest_finish, task.topology).step_time_us)
   staged = simulator.simulate(graph, np.repeat(np.arange(4), 3),
                               task.topology).step_time_us
   assert staged != one_device
@@ -699,6 +706,26 @@ def test_patience_stops_a_run_whose_best_stops_improving():
   assert patient.history[-1]["evaluations"] - gained >= 8
   assert patient.history[-2]["evaluations"] - gained < 8
   assert run(patience=None)[0].iterations == 30
+
+
+def test_a_budget_in_evaluations_stops_when_nothing_new_is_drawn():
+  """Two chains on two GPUs have 256 group placements; a budget far above
+  that cannot be spent on distinct ones, and the run stops instead of
+  spinning on placements it priced before."""
+  task = placement_task.PlacementTask(two_chains(), gpus())
+  env = environment.PlacementEnv([task])
+  config = train_config.TrainConfig(
+      samples_per_graph=8, graphs_per_iteration=1, log_every_seconds=1e9,
+      checkpoint_every_seconds=1e9, evaluate_greedy=False)
+  lines = []
+  trainer = trainer_lib.Trainer(env, tiny_policy("feedforward"),
+                                config=config, log=lines.append)
+  result = trainer.run(train_config.Budget(evaluations=100_000))
+  assert result.evaluations <= 256
+  assert any("drew no new placement" in line for line in lines)
+  spent = [stats["evaluations"] for stats in result.history]
+  assert spent[-trainer_lib.IDLE_ITERATIONS:] == (
+      [spent[-1]] * trainer_lib.IDLE_ITERATIONS)
 
 
 def test_a_budget_refuses_patience_below_one_evaluation():

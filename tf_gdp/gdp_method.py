@@ -99,6 +99,7 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
     best = tuned.best[task.name]
     evaluations += tuned.evaluations
     details.update(mode="fine-tune", finetune_iterations=tuned.iterations,
+                   finetune_evaluations=tuned.evaluations,
                    finetune_seconds=tuned.seconds,
                    finetune_step_time_us=(best.step_time_us if best else None))
     tuned_us, shot_us = (best.step_time_us if best else None,

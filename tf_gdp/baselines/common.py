@@ -54,6 +54,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import hashlib
 from typing import Optional
 
 import numpy as np
@@ -132,6 +133,12 @@ def simulate(graph: op_graph.OpGraph, placement,
   if record is not None:
     record.evaluations += 1
   return simulator.simulate(graph, placement, topology, **kwargs)
+
+
+def placement_key(placement: np.ndarray) -> bytes:
+  """A short digest of a placement, for caches and de-duplication."""
+  return hashlib.blake2b(np.ascontiguousarray(placement, np.int32).tobytes(),
+                         digest_size=16).digest()
 
 
 def simulate_batch(graph: op_graph.OpGraph, placements,

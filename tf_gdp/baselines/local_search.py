@@ -31,7 +31,10 @@ simulated-annealing step.
   probability exp(-(slowdown) / (temperature x current x remaining share
   of the budget)): annealing that cools to a pure hill climb.
 * Budget: `evaluations` simulator evaluations in all, the starts' included
-  (the last round is cut to what is left), and optionally `seconds`. The
+  (the last round is cut to what is left), and optionally `seconds`. A
+  candidate priced before (a move back, a repeat) takes its known time and
+  costs nothing; after `IDLE_ROUNDS` rounds with nothing new (a tiny
+  graph whose placements are exhausted) the climb stops. The
   info holds the best-so-far curve `best_so_far`: [evaluations, best step
   time us] after the starts and after every round that improved it.
 
@@ -69,6 +72,8 @@ STARTS = {"single_device": single_device.place, "m_topo": m_topo.place,
 PLAIN_MOVES = ("group", "swap", "scope", "chunk")
 BORDER_MOVES = ("border", "shift")
 MOVES = PLAIN_MOVES + BORDER_MOVES
+# Rounds in a row whose candidates were all priced before: the climb stops.
+IDLE_ROUNDS = 20
 
 
 def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
@@ -137,13 +142,15 @@ def climb(graph: op_graph.OpGraph, topology: topology_lib.Topology,
   best_group, best = current_group, current
   curve = [[used, best]] if math.isfinite(best) else []
   moves = _Moves(view, np.random.default_rng(seed), moves)
-  rounds = accepted = 0
-  while used < evaluations and (seconds is None or
-                                time.perf_counter() - clock < seconds):
+  rounds = accepted = idle = 0
+  priced = {common.placement_key(current_group): current}
+  while used < evaluations and idle < IDLE_ROUNDS and (
+      seconds is None or time.perf_counter() - clock < seconds):
     size = min(batch, evaluations - used)
     candidates = np.stack([moves.propose(current_group) for _ in range(size)])
-    times = _score(graph, topology, view, candidates)
-    used += size
+    times, fresh = _score_distinct(graph, topology, view, candidates, priced)
+    used += fresh
+    idle = 0 if fresh else idle + 1
     rounds += 1
     pick = int(np.argmin(times))
     if not math.isfinite(times[pick]):
@@ -202,6 +209,19 @@ def _start(graph, topology, seed: int):
   best = fixed[order[0]]
   return (np.asarray(best.placement),
           best.step_time_us if best.valid else math.inf, used)
+
+
+def _score_distinct(graph, topology, view, group_devices, priced: dict):
+  """(float[B] step times, how many were new): `_score` of the candidates
+  not in `priced` (placement key -> step time), which learns them."""
+  keys = [common.placement_key(g) for g in group_devices]
+  fresh = [b for b, key in enumerate(keys)
+           if key not in priced and keys.index(key) == b]
+  if fresh:
+    for b, t in zip(fresh, _score(graph, topology, view,
+                                  group_devices[fresh])):
+      priced[keys[b]] = float(t)
+  return np.array([priced[key] for key in keys]), len(fresh)
 
 
 def _score(graph, topology, view, group_devices) -> np.ndarray:

@@ -117,8 +117,9 @@ PIPELINE_SHIFT_COLUMN = PIPELINE_NOISE_COLUMN + NUM_STAGE_RULES
 # gain on the direction of a whole placement of the graph
 # (`placement_features`): the balanced cut METIS finds for graphs of
 # parallel branches (two directions of a bidirectional RNN, the towers of a
-# recommender), which no stage rule names, m-ETF's schedule, and the step's
-# spine with its side branches offloaded.
+# recommender), which no stage rule names, m-ETF's schedule, the step's
+# spine with its side branches offloaded, the fewest contiguous stages that
+# fit memory and HEFT's schedule.
 PLACEMENT_NOISE_COLUMN = PIPELINE_SHIFT_COLUMN + 1
 NUM_PLACEMENT_PUSHES = len(push_placements.PUSHES)
 EXPLORATION_SIZE = PLACEMENT_NOISE_COLUMN + NUM_PLACEMENT_PUSHES

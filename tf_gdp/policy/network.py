@@ -29,7 +29,7 @@ stages' device centres, and then the gain is along the soft pull of the
 shifted centres (`devices.stage_direction`: a neighbouring split whose
 boundary layers the policy settles); and per placement push (`policy.push_placements`:
 a balanced cut of the graph, m-ETF's schedule, the side-branch offload,
-the fewest contiguous stages that fit memory) a
+the fewest contiguous stages that fit memory, HEFT's schedule) a
 gain on the direction of that placement (`features.PLACEMENT_NOISE_COLUMN`).
 `finish` adds the pushes, averaged over each group, to the logits after the logit scale: the
 sample leans, with that strength, towards sending each stage of the

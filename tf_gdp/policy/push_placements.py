@@ -3,9 +3,9 @@
 Sampling each group's device independently rarely assembles a placement in
 which thousands of ops move together, and some of the best placements are
 of that kind: a balanced cut of parallel branches, the placement a list
-scheduler builds op by op from start times, the step's spine on one
-device with its weight gradients and updates beside it, or the fewest
-contiguous stages of whole layers that fit memory. Each name in PUSHES
+scheduler builds op by op from start times (m-ETF's and HEFT's), the
+step's spine on one device with its weight gradients and updates beside
+it, or the fewest contiguous stages of whole layers that fit memory. Each name in PUSHES
 is one such placement of the graph, computed once per (graph, topology)
 without simulating it; `features` turns it into a pull towards each op's
 device (observation `placement_features`) and `rl.exploration` gives one
@@ -17,6 +17,7 @@ import numpy as np
 
 from tf_gdp import errors
 from tf_gdp.baselines import contiguous_dp
+from tf_gdp.baselines import heft
 from tf_gdp.baselines import m_etf
 from tf_gdp.baselines import metis
 from tf_gdp.baselines import side_offload
@@ -35,7 +36,11 @@ SIDE_OFFLOAD = "side_offload"
 # memory it fits (`contiguous_dp.fewest_stages`): one GPU when the step fits
 # one.
 CONTIGUOUS_SPLIT = "contiguous_split"
-PUSHES = (METIS_CUT, M_ETF, SIDE_OFFLOAD, CONTIGUOUS_SPLIT)
+# HEFT's schedule (`baselines.heft`): earliest finish first in upward-rank
+# order. On a step too big for one device its repaired placement can beat
+# every other baseline's.
+HEFT = "heft"
+PUSHES = (METIS_CUT, M_ETF, SIDE_OFFLOAD, CONTIGUOUS_SPLIT, HEFT)
 
 
 def devices(name: str, graph: op_graph.OpGraph,
@@ -56,4 +61,4 @@ def devices(name: str, graph: op_graph.OpGraph,
 
 
 _PLACERS = {M_ETF: m_etf.place, SIDE_OFFLOAD: side_offload.place,
-            CONTIGUOUS_SPLIT: contiguous_dp.fewest_stages}
+            CONTIGUOUS_SPLIT: contiguous_dp.fewest_stages, HEFT: heft.place}

@@ -20,7 +20,10 @@ Backends price a placement:
     best simulated time so far; measured rows are rewarded by their measured
     ratio to the measured reference, the rest by the simulated ratio, and the
     best placement is judged by measurement.
-Measurements are cached per placement (PPO resamples converged placements).
+Measurements are cached per placement (PPO resamples converged placements),
+and `evaluations` counts the distinct placements priced per task: a sample
+PPO drew before costs nothing again (simulated, the same time; measured, the
+cached run), so a budget in evaluations is spent on new placements only.
 
 `evaluate(task_index, group_devices[B, G])` prices a whole batch of
 placements for one task (the trainer samples B placements per policy
@@ -41,6 +44,7 @@ from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
 from tf_gdp import errors
+from tf_gdp.baselines import common
 from tf_gdp.baselines import repair
 from tf_gdp.cost import simulator
 from tf_gdp.policy import features
@@ -144,6 +148,7 @@ class PlacementEnv(py_environment.PyEnvironment):
     self._measured_references = [None] * len(self._tasks)
     self._best = [None] * len(self._tasks)
     self._best_simulated = [math.inf] * len(self._tasks)
+    self._priced = [set() for _ in self._tasks]  # placement keys per task
     self._runs = measured_runs.MeasuredRuns(
         self._tasks, measure_target, repeats=measure_repeats,
         warmup=measure_warmup, confirm=measure_confirm,
@@ -278,6 +283,7 @@ class PlacementEnv(py_environment.PyEnvironment):
                            for row in safe]) if batch else np.zeros(
                                (0, inputs.num_nodes), np.int32)
     task = self._tasks[index]
+    new = self._first_pricing(index, real)
     fixed = repair.repair_batch(task.graph, task.topology, placements) if (
         self._repair and batch) else None
     if fixed is not None:
@@ -298,14 +304,15 @@ class PlacementEnv(py_environment.PyEnvironment):
       else:  # the repair simulated every row
         simulated = np.array([f.step_time_us for f in fixed], np.float64)
         valid = np.array([f.valid for f in fixed])
-        self.evaluations += sum(f.evaluations for f in fixed) - batch
+        self.evaluations += sum(f.evaluations - 1
+                                for f, n in zip(fixed, new) if n)
       valid = valid & in_range
       step = simulated.copy()
       reward = rewards.placement_reward(step, valid, self.reference_us(index))
       if self._robust is not None:
         reward, objective = self._robust.rewards(
             index, placements, simulated, valid, self.reference(index))
-      self.evaluations += batch
+      self.evaluations += int(new.sum())
     if self._backend == "measure":
       for b in range(batch):
         m = self._measure(index, placements[b]) if in_range[b] else None
@@ -315,7 +322,7 @@ class PlacementEnv(py_environment.PyEnvironment):
           step[b] = m.step_time_us
       reward = rewards.placement_reward(step, valid,
                                         self.reference_us(index, "measure"))
-      self.evaluations += batch
+      self.evaluations += int(new.sum())
     elif self._backend == "mix":
       for b in self._mix_candidates(index, simulated, valid, placements):
         m = self._measure(index, placements[b])
@@ -332,6 +339,20 @@ class PlacementEnv(py_environment.PyEnvironment):
         measured=measured, valid=valid, placements=placements,
         group_devices=real.astype(np.int32))
 
+  def _first_pricing(self, index: int, real: np.ndarray) -> np.ndarray:
+    """bool[B]: rows that are placements this task has not priced before.
+
+    Of equal rows in one batch only the first is new.
+    """
+    priced = self._priced[index]
+    new = np.zeros(len(real), bool)
+    for b, row in enumerate(real):
+      key = common.placement_key(row)
+      if key not in priced:
+        priced.add(key)
+        new[b] = True
+    return new
+
   def _mix_candidates(self, index, simulated, valid, placements) -> list:
     """Rows to measure: fastest valid ones near the best simulated time."""
     order = [int(b) for b in np.argsort(simulated) if valid[b]]
@@ -343,7 +364,7 @@ class PlacementEnv(py_environment.PyEnvironment):
         break
       if simulated[b] > self._mix_slack * best_sim:
         break
-      key = measured_runs.placement_key(placements[b])
+      key = common.placement_key(placements[b])
       if key in seen:
         continue
       seen.add(key)

@@ -9,20 +9,14 @@ worker cluster on the first measurement and keeps it until `close`.
 """
 
 import dataclasses
-import hashlib
 import time
 from typing import Any, Sequence
 
 import numpy as np
 
 from tf_gdp import errors
+from tf_gdp.baselines import common
 from tf_gdp.cost import topology as topology_lib
-
-
-def placement_key(placement: np.ndarray) -> bytes:
-  """A short digest of a placement, for caches and de-duplication."""
-  return hashlib.blake2b(np.ascontiguousarray(placement, np.int32).tobytes(),
-                         digest_size=16).digest()
 
 
 class MeasuredRuns:
@@ -47,7 +41,7 @@ class MeasuredRuns:
 
   def confirm(self, index: int, placement: np.ndarray):
     """Measures a would-be best again; the median of all its runs (cached)."""
-    key = placement_key(placement)
+    key = common.placement_key(placement)
     cache = self._cache[index]
     first = self.measure(index, placement)
     if key in self._confirmed[index] or not first.valid:
@@ -68,7 +62,7 @@ class MeasuredRuns:
 
   def measure(self, index: int, placement: np.ndarray):
     """Measures one placement (cached per task)."""
-    key = placement_key(placement)
+    key = common.placement_key(placement)
     cache = self._cache[index]
     if key in cache:
       return cache[key]

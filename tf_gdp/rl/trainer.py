@@ -65,6 +65,11 @@ from tf_gdp.rl import run_dir
 from tf_gdp.rl import train_config
 from tf_gdp.rl import train_result
 
+# A budget in evaluations counts distinct placements (`environment`); a run
+# whose samples are all placements it priced before, this many iterations in
+# a row, stops rather than spin without spending.
+IDLE_ITERATIONS = 20
+
 
 class Trainer:
   """PPO over a `PlacementEnv` (see the module doc)."""
@@ -363,12 +368,14 @@ class Trainer:
     elapsed = lambda: base_seconds + time.perf_counter() - started
     for i in range(self.env.num_tasks):  # references before the clock matters
       self.env.reference(i)
-    stalled = unpaid = 0
+    stalled = unpaid = idle = 0
     patience = _Patience(budget.patience if self.env.num_tasks == 1 else None,
                          int(self.env.evaluations))
     while not budget.exhausted(int(self.env.evaluations), elapsed(),
                                int(self.iteration.numpy())):
+      spent = int(self.env.evaluations)
       stats = self.run_iteration()
+      idle = idle + 1 if int(self.env.evaluations) == spent else 0
       unpaid = 0 if stats["pipeline_won"] else unpaid + 1
       if (self.config.pipeline_patience and self.env.num_tasks == 1 and
           unpaid >= self.config.pipeline_patience and
@@ -405,6 +412,9 @@ class Trainer:
             stats["evaluations"], stats["seconds"], stats["iteration"], rate)))
         last_log = now
         logged = stats["iteration"]
+      if budget.evaluations is not None and idle >= IDLE_ITERATIONS:
+        self._log(f"{idle} iterations drew no new placement: stopping early")
+        break
       if patience.lost(stats["best_ratio"], stats["evaluations"]):
         self._log(f"the best placement did not improve in {budget.patience} "
                   "evaluations: stopping early")
