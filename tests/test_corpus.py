@@ -1,5 +1,6 @@
 """The corpus: its table and split, building and caching, spec items, CLI."""
 
+import functools
 import json
 import os
 import subprocess
@@ -1315,6 +1316,243 @@ def test_edsr_stacks_scaled_residual_blocks_and_upsamples_by_sub_pixels():
     assert forward["output/BiasAdd"][1] == (2, side, side, 3)
   with pytest.raises(ValueError, match="scale"):
     store.build_graph(_tiny_edsr(scale=5), DEVICES)
+
+
+def _tiny_convs2s(**changes):
+  args = dict(encoder_blocks=3, decoder_blocks=2, width=8, seq=5, batch=2,
+              vocab=11, embedding=6)
+  return _variant("tiny_convs2s", families.CONVS2S, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _convs2s_graph():
+  """The tiny ConvS2S step, built once for the tests that only read it."""
+  return store.build_graph(_tiny_convs2s(), DEVICES)
+
+
+_CONVS2S_ENCODER = tuple(f"encoder/block_{i}" for i in range(3))
+_CONVS2S_DECODER = tuple(f"decoder/block_{j}" for j in range(2))
+
+
+def _data_inputs(graph, name) -> list:
+  """(source name, output slot) of each data input of the op `name`, in the
+  op's input order."""
+  dst = graph.node_index[name]
+  return [(graph.node_names[s], int(o)) for s, d, o in
+          zip(graph.edge_src, graph.edge_dst, graph.edge_output)
+          if d == dst and o >= 0]
+
+
+def test_convs2s_encoder_and_decoder_blocks_are_numbered_stages():
+  graph = _convs2s_graph()
+  names = graph.node_names
+  # Two numbered stacks on one stem, `block_` in `encoder/` and `decoder/`.
+  # The stage rules rank each template's numbers, so every op of encoder
+  # block i, forward and backward, sits at stage i / 2 and every op of
+  # decoder block j at j / 1.
+  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
+              if found}
+  assert {s for s in numbered if "block_" in s} == set(
+      _CONVS2S_ENCODER + _CONVS2S_DECODER)
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  for stack in (_CONVS2S_ENCODER, _CONVS2S_DECODER):
+    for i, block in enumerate(stack):
+      ops = [k for k, n in enumerate(names) if n.startswith(f"{block}/")
+             or n.startswith(f"gradient_tape/{block}/")]
+      assert len(ops) > 20, block
+      assert known[ops].all(), block
+      assert (stage[ops] == i / (len(stack) - 1)).all(), block
+  with pytest.raises(ValueError, match="1 block or more"):
+    store.build_graph(_tiny_convs2s(decoder_blocks=0), DEVICES)
+
+
+def test_convs2s_every_block_gates_its_convolution_and_scales_residuals():
+  graph = _convs2s_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  _, read_all = _model_ops(graph, "")
+  # GLU in every block: the width-3 convolution makes 2 x 8 channels; the
+  # first half, gated by the sigmoid of the second, is the block's output.
+  for block in _CONVS2S_ENCODER + _CONVS2S_DECODER:
+    conv, split = f"{block}/conv/BiasAdd", f"{block}/glu/split"
+    sigmoid, gated = f"{block}/glu/Sigmoid", f"{block}/glu/gated"
+    assert {split, sigmoid, gated} <= set(forward), f"{block} has no GLU"
+    assert forward[conv] == ("BiasAdd", (2, 5, 16)), block
+    assert forward[split][0] == "Split" and conv in read(split), block
+    assert forward[sigmoid][0] == "Sigmoid", block
+    assert _data_inputs(graph, sigmoid) == [(split, 1)], block
+    assert forward[gated] == ("Mul", (2, 5, 8)), block
+    assert set(_data_inputs(graph, gated)) == {(split, 0), (sigmoid, 0)}
+  assert _count(graph, "Sigmoid") == 5
+  # Encoder blocks: the convolution reads the block's input (no padding op:
+  # "same"), and the residual is (gated + input) times a scalar, sqrt(0.5).
+  stream = "source/to_width/BiasAdd"
+  assert read("source/embedded") == {
+      "source/tokens/embedding_lookup/Identity",
+      "source/positions/embedding_lookup/Identity"}
+  for block in _CONVS2S_ENCODER:
+    assert f"{block}/add" in forward, f"{block} has no residual add"
+    assert read(f"{block}/conv/Conv1D/ExpandDims") == {stream}, block
+    assert read(f"{block}/add") == {f"{block}/glu/gated", stream}, block
+    residual = f"{block}/residual"
+    assert forward[residual] == ("Mul", (2, 5, 8))
+    assert read(residual) == {f"{block}/add"}
+    (scale,) = read_all(residual) - {f"{block}/add"}
+    assert forward[scale] == ("Const", ()), block
+    stream = residual
+
+
+def test_convs2s_decoder_convolutions_are_causal():
+  graph = _convs2s_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # Each decoder block puts kernel - 1 = 2 zero positions before its input
+  # and none after, then convolves without padding (7 positions to 5): the
+  # output at t reads inputs t - 2 .. t only.
+  stream = "target/to_width/BiasAdd"
+  for block in _CONVS2S_DECODER:
+    pad = f"{block}/causal_pad"
+    assert pad in forward, f"{block} does not pad its input"
+    assert forward[pad] == ("ConcatV2", (2, 7, 8)), block
+    (zeros, _), (after, _), (axis, _) = _data_inputs(graph, pad)
+    assert forward[zeros][1] == (2, 2, 8) and not read(zeros), block
+    assert after == stream and forward[axis] == ("Const", ()), block
+    assert read(f"{block}/conv/Conv1D/ExpandDims") == {pad}, block
+    assert forward[f"{block}/conv/Conv1D"][1] == (2, 1, 5, 16), block
+    stream = f"{block}/residual"
+  # The encoder's convolutions see both sides: no padding op of their own,
+  # 5 positions in and out.
+  for block in _CONVS2S_ENCODER:
+    assert forward[f"{block}/conv/Conv1D/ExpandDims"][1] == (2, 1, 5, 8)
+    assert forward[f"{block}/conv/Conv1D"][1] == (2, 1, 5, 16)
+  assert not [n for n, (t, _) in forward.items()
+              if n.startswith("encoder/") and t in ("Pad", "PadV2",
+                                                    "ConcatV2")]
+  assert _count(graph, "Pad") == _count(graph, "PadV2") == 0
+
+
+def test_convs2s_every_decoder_block_attends_over_the_last_encoder_block():
+  graph = _convs2s_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # Keys: the last encoder block's output projected to the embedding size
+  # (6); values: the keys plus the source embedding, scaled.
+  keys = "encoder/to_embedding/BiasAdd"
+  assert forward[keys][1] == (2, 5, 6)
+  assert read("encoder/to_embedding/Tensordot/Reshape") == {
+      f"{_CONVS2S_ENCODER[-1]}/residual"}
+  assert read("encoder/values") == {"encoder/add"}
+  assert read("encoder/add") == {keys, "source/embedded"}
+  stream = "target/to_width/BiasAdd"
+  for block in _CONVS2S_DECODER:
+    a, gated = f"{block}/attention", f"{block}/glu/gated"
+    assert f"{a}/scores" in forward, f"{block} does not attend"
+    # The query: the gated output projected to the embedding size, plus
+    # the target embedding, scaled.
+    assert read(f"{a}/to_embedding/Tensordot/Reshape") == {gated}
+    assert read(f"{a}/add") == {f"{a}/to_embedding/BiasAdd",
+                                "target/embedded"}
+    assert read(f"{a}/query") == {f"{a}/add"}
+    # Dot-product scores [batch, 5 target, 5 source], a softmax over the
+    # last (source) axis, the values weighted by it.
+    assert forward[f"{a}/scores"] == ("BatchMatMulV2", (2, 5, 5))
+    assert read(f"{a}/scores") == {f"{a}/query", keys}, block
+    assert forward[f"{a}/weights"][0] == "Softmax"
+    assert read(f"{a}/weights") == {f"{a}/scores"}
+    assert read(f"{a}/MatMul") == {f"{a}/weights", "encoder/values"}, block
+    assert read(f"{a}/context") == {f"{a}/MatMul"}
+    # Back to the width, added to the gated output, then the residual.
+    assert read(f"{a}/to_width/Tensordot/Reshape") == {f"{a}/context"}
+    assert forward[f"{a}/to_width/BiasAdd"][1] == (2, 5, 8)
+    assert read(f"{a}/add_1") == {f"{a}/to_width/BiasAdd", gated}
+    assert read(f"{a}/attended") == {f"{a}/add_1"}
+    assert read(f"{block}/add") == {f"{a}/attended", stream}, block
+    assert read(f"{block}/residual") == {f"{block}/add"}
+    stream = f"{block}/residual"
+  assert _count(graph, "Softmax") == len(_CONVS2S_DECODER)
+  # Next-token cross-entropy on the last block, through a projection to the
+  # embedding size and one to the 11 tokens.
+  assert read("decoder/to_embedding/Tensordot/Reshape") == {stream}
+  assert forward["output/BiasAdd"] == ("BiasAdd", (10, 11))
+  loss = "/".join(["SparseSoftmaxCrossEntropyWithLogits"] * 2)
+  assert read(loss) == {"output/BiasAdd", "Reshape_1"}
+  assert read("target/embedded") == {
+      "target/tokens/embedding_lookup/Identity",
+      "target/positions/embedding_lookup/Identity"}
+
+
+def test_convs2s_clipped_nesterov_update_touches_every_trainable_variable():
+  graph = _convs2s_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  loss = "/".join(["SparseSoftmaxCrossEntropyWithLogits"] * 2)
+  norm = "global_norm/global_norm"
+  assert forward.get(norm) == ("Sqrt", ()), "no global norm to clip by"
+
+  def placeholders(op):
+    return {n for n in read(op) if types_[graph.node_index[n]] == "Placeholder"}
+
+  def data(op):
+    """The ops `op` reads data from (not control), but constants."""
+    return {n for n, _ in _data_inputs(graph, op)
+            if types_[graph.node_index[n]] != "Const"}
+
+  updates, assigns = {}, {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in placeholders(n):
+        updates.setdefault(v, []).append(n)
+    elif t == "AssignVariableOp":
+      for v in placeholders(n):
+        assigns.setdefault(v, []).append(n)
+  # Every variable the forward pass reads is updated once, but the two
+  # token tables (the data).
+  read_forward = {v for n in names
+                  if not n.startswith(("gradient_tape/", "nesterov/",
+                                       "clip_by_global_norm/",
+                                       "global_norm/"))
+                  and types_[graph.node_index[n]] != "Placeholder"
+                  for v in placeholders(n)}
+  tokens = read_forward - set(updates)
+  assert len(tokens) == 2
+  assert {forward[n][1] for v in tokens for n in names if v in read(n)
+          and types_[graph.node_index[n]] == "ReadVariableOp"} == {
+              (2, 5), (2, 6)}  # source, target with its next token
+  # 32 weights: per side the token and position tables and the projection
+  # to the width (kernel, bias); 2 per encoder block, 6 per decoder block
+  # (convolution, projections to the embedding size and back); the
+  # encoder's and decoder's projections to the embedding size; the output.
+  assert len(updates) == 2 * 4 + 3 * 2 + 2 * 6 + 2 + 2 + 2
+  assert read_forward - tokens == set(updates)
+  for block in _CONVS2S_ENCODER + _CONVS2S_DECODER:
+    weights = {n for n in names if n.startswith(f"{block}/")
+               and types_[graph.node_index[n]] == "Placeholder"}
+    assert len(weights) == (2 if block.startswith("encoder") else 6), block
+    assert weights <= set(updates), block
+  # Nesterov: velocity v' = mu v + g is assigned to its slot, and the
+  # weight steps by lr (g + mu v'), g the gradient after clipping by the
+  # global norm, which the loss reaches.
+  slots = set()
+  for v, (update,) in updates.items():
+    (step,) = data(update) - {v}
+    (total,) = data(step)
+    (clipped,) = {n for n in data(total)
+                  if n.startswith("clip_by_global_norm/")}
+    (momentum_term,) = data(total) - {clipped}
+    (velocity,) = data(momentum_term)
+    (slot_assign,) = [n for n in names
+                      if types_[graph.node_index[n]] == "AssignVariableOp"
+                      and velocity in data(n)]
+    (slot,) = placeholders(slot_assign)
+    assert slot != v and slot not in updates and assigns[slot] == [
+        slot_assign], v
+    assert clipped in data(velocity), v
+    slots.add(slot)
+    upstream = _ancestors(graph, [clipped])
+    assert norm in upstream and loss in upstream, v
+  assert len(slots) == len(updates)
+  assert _count(graph, "AssignSubVariableOp") == len(updates)
+  assert _count(graph, "AssignVariableOp") == len(updates)
+  # Every shape is known but the four embeddings' gradient rows.
+  assert graph.metadata["unknown_shape_nodes"] == 4
 
 
 def _ancestors(graph, starts) -> set:

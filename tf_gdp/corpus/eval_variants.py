@@ -131,6 +131,15 @@ def edsrs(sizes):
           for blocks, features, scale, patch, batch in sizes]
 
 
+def convs2s_models(sizes):
+  """(encoder blocks, decoder blocks, convolution width, source = target
+  length, batch) per variant; 512-wide embeddings, 32,000 tokens."""
+  return [(f"convs2s_e{enc}_d{dec}_w{width}_s{seq}_b{batch}",
+           dict(encoder_blocks=enc, decoder_blocks=dec, width=width, seq=seq,
+                batch=batch))
+          for enc, dec, width, seq, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

@@ -15,15 +15,15 @@ CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
 PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
 pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
 DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
-language model and an EDSR super-resolution network written with tf_keras
-layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
-`speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`,
-`video`, `pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`,
-`mobilevit`, `deeplab`, `captioner`, `llama`, `edsr`), Keras 3
-applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`,
-with knobs) and generated graphs (`tf_gdp.graph.generators`). The
-evaluation families' variant names and arguments come from
-`eval_variants`.
+language model, an EDSR super-resolution network and a convolutional
+sequence-to-sequence translation model written with tf_keras layers
+(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
+`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
+`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`, `mobilevit`,
+`deeplab`, `captioner`, `llama`, `edsr`, `convs2s`), Keras 3 applications
+and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs)
+and generated graphs (`tf_gdp.graph.generators`). The evaluation families'
+variant names and arguments come from `eval_variants`.
 """
 
 import dataclasses
@@ -41,13 +41,13 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA, EDSR) = (
+ LLAMA, EDSR, CONVS2S) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
-     "llama", "edsr")
+     "llama", "edsr", "convs2s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,6 +358,20 @@ _FAMILIES = (
            "maps, depth-to-space by r) and a 3x3 convolution to RGB; L1 "
            "loss against the high-resolution image, Adam (corpus.edsr)",
            _variants("edsr", EDSR, eval_variants.edsrs(sizes.EDSR_SIZES))),
+    Family("convs2s", EVAL, "ConvS2S convolutional sequence-to-sequence "
+           "translation model: token and learned position embeddings "
+           "projected to the convolution width; encoder blocks (each its "
+           "own numbered scope) of a width-3 convolution to twice the "
+           "width, a gated linear unit and a residual add scaled by "
+           "sqrt(0.5); decoder blocks of a causal (left-padded) width-3 "
+           "convolution and a gated linear unit, then multi-step attention "
+           "over the encoder's output (the context its sum with the source "
+           "embedding) added back, and a scaled residual add; projections "
+           "to the embedding size and to the vocabulary, next-token softmax "
+           "cross-entropy, SGD with Nesterov momentum on gradients clipped "
+           "to global norm 0.1 (corpus.convs2s)",
+           _variants("convs2s", CONVS2S,
+                     eval_variants.convs2s_models(sizes.CONVS2S_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

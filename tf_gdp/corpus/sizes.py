@@ -68,3 +68,7 @@ LLAMA_SIZES = ((8, 512, 8, 2, 512, 4), (12, 768, 12, 4, 1024, 3),
 # batch), by one-device peak memory only.
 EDSR_SIZES = ((16, 64, 4, 64, 44), (32, 128, 3, 64, 48), (32, 256, 2, 96, 16),
               (32, 256, 4, 96, 28))
+# ConvS2S: (encoder blocks, decoder blocks, convolution width, source =
+# target length, batch), by one-device peak memory only.
+CONVS2S_SIZES = ((8, 8, 512, 64, 64), (12, 16, 768, 96, 72),
+                 (20, 20, 1024, 128, 64), (16, 20, 1024, 128, 160))

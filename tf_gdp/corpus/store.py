@@ -118,6 +118,7 @@ def _extract(variant: families.Variant):
   from tf_gdp import zoo
   from tf_gdp.corpus import captioner
   from tf_gdp.corpus import conformer
+  from tf_gdp.corpus import convs2s
   from tf_gdp.corpus import deeplab
   from tf_gdp.corpus import detector
   from tf_gdp.corpus import diffusion
@@ -176,6 +177,7 @@ def _extract(variant: families.Variant):
       families.CAPTIONER: lambda: captioner.captioner(**args),
       families.LLAMA: lambda: llama.llama(**args),
       families.EDSR: lambda: edsr.edsr(**args),
+      families.CONVS2S: lambda: convs2s.convs2s(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
