@@ -228,3 +228,18 @@ def test_evaluate_agrees_with_place_and_writes_its_json(tmp_path):
     _assert_bad_input(_cli("evaluate", *args, f"--json_out={bad_out}"),
                       message)
   assert not bad_out.exists()
+
+
+def test_imports_are_frozen_and_collection_comes_back_after_a_failed_one():
+  import gc  # pylint: disable=g-import-not-at-top
+  from tf_gdp.cli import main  # pylint: disable=g-import-not-at-top
+  try:
+    with pytest.raises(ImportError):
+      with main.imports_frozen():
+        assert not gc.isenabled()
+        made_inside = [[] for _ in range(1000)]
+        import tf_gdp.no_such_module  # pylint: disable=g-import-not-at-top,unused-import
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= len(made_inside)
+  finally:
+    gc.unfreeze()

@@ -6,6 +6,7 @@ never see each other's flags and `--help` shows just the command's own.
 """
 
 import contextlib
+import gc
 import importlib
 import sys
 
@@ -43,6 +44,24 @@ COMMANDS = {
 }
 
 
+@contextlib.contextmanager
+def imports_frozen():
+  """Imports without garbage collection, then freezes what they made.
+
+  A command's imports (TensorFlow above all) leave millions of long-lived
+  objects, and every full collection afterwards walks them all: reading and
+  placing GNMT-8 (59,679 ops) spent about 1.8 s of 10.6 in the collector.
+  Frozen (`gc.freeze`), they are never walked again; collection goes on for
+  everything made later.
+  """
+  gc.disable()
+  try:
+    yield
+  finally:
+    gc.freeze()
+    gc.enable()
+
+
 def usage() -> str:
   lines = ["usage: tf-gdp <command> [--flags]   (python -m tf_gdp <command>)",
            "", "commands:"]
@@ -71,7 +90,8 @@ def run(argv=None) -> None:
   quiet = (contextlib.nullcontext() if startup_noise.verbose(argv[2:])
            else startup_noise.StartupNoiseFilter())
   with quiet:
-    module = importlib.import_module(COMMANDS[command][0])
+    with imports_frozen():
+      module = importlib.import_module(COMMANDS[command][0])
     if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[2:]):
       print(runner.command_help(module, f"tf-gdp {command}"))
       sys.exit(0)
