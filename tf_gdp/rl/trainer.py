@@ -65,9 +65,8 @@ from tf_gdp.rl import run_dir
 from tf_gdp.rl import train_config
 from tf_gdp.rl import train_result
 
-# A budget in evaluations counts distinct placements (`environment`); a run
-# whose samples are all placements it priced before, this many iterations in
-# a row, stops rather than spin without spending.
+# A run in evaluations (distinct placements) stops after this many iterations
+# in a row that drew nothing new, rather than spin without spending.
 IDLE_ITERATIONS = 20
 
 
