@@ -1555,6 +1555,304 @@ def test_convs2s_clipped_nesterov_update_touches_every_trainable_variable():
   assert graph.metadata["unknown_shape_nodes"] == 4
 
 
+def _tiny_tacotron(**changes):
+  # Every width differs, so each shape names its tensor: memory 2 x 3.
+  args = dict(text_len=5, frames=4, batch=2, vocab=11, embedding=8,
+              encoder_lstm=3, prenet=12, rnn=10, attention=13,
+              location_filters=14, location_kernel=3, mels=7,
+              postnet_channels=9)
+  return _variant("tiny_tacotron", families.TACOTRON, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _tacotron_graph():
+  """The tiny Tacotron step, built once for the tests that only read it."""
+  return store.build_graph(_tiny_tacotron(), DEVICES)
+
+
+_TACOTRON_STEPS = tuple(f"decoder/step_{t}" for t in range(4))
+
+
+def _variables(graph, op) -> set:
+  """The variables (resource placeholders) the op `op` reads."""
+  return {n for n, _ in _data_inputs(graph, op)
+          if graph.op_types[graph.node_index[n]] == "Placeholder"}
+
+
+def test_tacotron_convolutions_and_decoder_steps_are_numbered_stages():
+  graph = _tacotron_graph()
+  names = graph.node_names
+  # Three numbered stacks: the encoder's convolutions, one decoder step per
+  # mel frame, the postnet's convolutions. The decoder steps hold most ops,
+  # so `step_` is the stage stem: every op of step t, forward and backward,
+  # sits at stage t / 3.
+  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
+              if found}
+  assert {s for s in numbered if "conv_" in s or "step_" in s} == {
+      *(f"encoder/conv_{i}" for i in range(3)), *_TACOTRON_STEPS,
+      *(f"postnet/conv_{k}" for k in range(5))}
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  for t, step in enumerate(_TACOTRON_STEPS):
+    ops = [k for k, n in enumerate(names) if n.startswith(f"{step}/")
+           or n.startswith(f"gradient_tape/{step}/")]
+    assert len(ops) > 150, step
+    assert known[ops].all(), step
+    assert (stage[ops] == t / 3).all(), step
+  with pytest.raises(ValueError, match="at least 1"):
+    store.build_graph(_tiny_tacotron(frames=0), DEVICES)
+
+
+def test_tacotron_encoder_convolves_then_reads_the_text_both_ways():
+  graph = _tacotron_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # Three width-5 convolutions (no bias: batch norm follows), batch norm in
+  # training mode, ReLU; each reads the one before.
+  stream = "characters/embedding_lookup/Identity"
+  assert forward[stream] == ("Identity", (2, 5, 8))
+  for i in range(3):
+    c = f"encoder/conv_{i}"
+    assert read(f"{c}/conv/Conv1D/ExpandDims") == {stream}, c
+    assert forward[f"{c}/conv/Conv1D/ExpandDims_1"][1] == (1, 5, 8, 8)
+    assert read(f"{c}/batch_norm/moments/mean") == {f"{c}/conv/Conv1D/Squeeze"}
+    assert read(f"{c}/relu") == {f"{c}/batch_norm/batchnorm/add_1"}, c
+    stream = f"{c}/relu"
+  # A bidirectional LSTM: each direction projects every position's inputs
+  # at once, then steps through them, the forward one from the first, the
+  # backward one from the last; their outputs, in text order, are joined.
+  for direction, first in (("forward", 0), ("backward", 4)):
+    d = f"encoder/{direction}"
+    assert read(f"{d}/Reshape") == {stream}
+    assert forward[f"{d}/unstack"] == ("Unpack", (2, 12))
+    assert (f"{d}/unstack", first) in _data_inputs(graph, f"{d}/gates")
+    hs = [f"{d}/h"] + [f"{d}/h_{n}" for n in range(1, 5)]
+    for n in range(1, 5):  # each step reads the state before it
+      assert hs[n - 1] in read(f"{d}/MatMul_{n + 1}"), (d, n)
+    order = hs if direction == "forward" else hs[::-1]
+    assert [n for n, _ in _data_inputs(graph, f"{d}/stack")] == order
+  assert [n for n, _ in _data_inputs(graph, "encoder/memory")][:2] == [
+      "encoder/forward/stack", "encoder/backward/stack"]
+  assert forward["encoder/memory"] == ("ConcatV2", (2, 5, 6))
+
+
+def test_tacotron_every_step_attends_by_location_over_the_processed_memory():
+  graph = _tacotron_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  _, read_all = _model_ops(graph, "")
+  processed = "decoder/processed_memory"
+  filters = set()
+  for t, step in enumerate(_TACOTRON_STEPS):
+    a = f"{step}/attention"
+    assert f"{a}/location_conv" in forward, f"{step} has no location conv"
+    # Location features: a width-3 convolution (14 filters) over the
+    # attention weights summed over the earlier steps (zeros at step 0),
+    # projected to 13.
+    if t == 0:
+      assert ("Const", (2, 5)) in {
+          forward[n] for n in read_all(f"{a}/cumulative_weights")}
+    else:  # the sum before (zeros at step 1) plus the last step's weights
+      assert read(f"{a}/cumulative") == {weights} | (
+          {cumulative} if t > 1 else set()), step
+      assert read(f"{a}/cumulative_weights") == {f"{a}/cumulative"}, step
+    assert read(f"{a}/location_conv/ExpandDims") == {
+        f"{a}/cumulative_weights"}
+    assert forward[f"{a}/location_conv"] == ("Conv2D", (2, 1, 5, 14))
+    assert f"{a}/location_conv/ExpandDims" in read(f"{a}/location_conv")
+    filters |= _variables(graph, f"{a}/location_conv/ExpandDims_1/"
+                                 "ReadVariableOp")
+    assert f"{a}/location_conv/Squeeze" in _ancestors(
+        graph, [f"{a}/location_features"])
+    # Energies v^T tanh(memory + location + query + b), the query the
+    # attention LSTM's output; a softmax over the 5 positions.
+    assert read(f"{a}/keys") == {processed, f"{a}/location_features"}, step
+    assert forward[f"{a}/keys"] == ("AddV2", (2, 5, 13))
+    assert read(f"{a}/query") - {f"{a}/query/ReadVariableOp"} == {
+        f"{step}/attention_lstm/h"}
+    assert f"{a}/query" in _ancestors(graph, [f"{a}/hidden"])
+    assert f"{a}/keys" in read(f"{a}/add_1")
+    assert read(f"{a}/hidden") == {f"{a}/add_1"}
+    assert forward[f"{a}/energies"] == ("Sum", (2, 5))
+    assert f"{a}/hidden" in _ancestors(graph, [f"{a}/energies"])
+    assert forward[f"{a}/weights"] == ("Softmax", (2, 5))
+    assert read(f"{a}/weights") == {f"{a}/energies"}
+    # The context: the memory weighted by them.
+    assert read(f"{a}/MatMul_1") == {f"{a}/ExpandDims_1", "encoder/memory"}
+    assert forward[f"{a}/context"] == ("Squeeze", (2, 6))
+    weights, cumulative = f"{a}/weights", f"{a}/cumulative"
+  assert len(filters) == 1  # one location convolution for every step
+  assert _count(graph, "Softmax") == 4
+  # The memory's term, once for every step: the encoder's output projected
+  # to 13.
+  assert forward[processed] == ("Reshape", (2, 5, 13))
+  assert "encoder/memory" in _ancestors(graph, [processed])
+
+
+def test_tacotron_teacher_forcing_feeds_the_ground_truth_previous_frame():
+  graph = _tacotron_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  _, read_all = _model_ops(graph, "")
+  # Step t's prenet reads ground-truth frame t - 1, step 0's a zero "go"
+  # frame.
+  for t, step in enumerate(_TACOTRON_STEPS):
+    first = f"{step}/prenet/first/MatMul"
+    if t == 0:
+      assert "decoder/go_frame" in read_all(first)
+      assert forward["decoder/go_frame"] == ("Const", (2, 7))
+    else:
+      assert ("decoder/previous_frames", t - 1) in _data_inputs(graph, first)
+    # No step reads a predicted frame: those reach only the loss and the
+    # postnet.
+    upstream = _ancestors(graph, [first])
+    assert not any(n.endswith("/frame/BiasAdd") for n in upstream), step
+    assert not {"decoder/mel", "postnet/residual"} & upstream, step
+    # Prenet: two ReLU layers of 12, then into the attention LSTM with the
+    # context of the step before.
+    assert read(f"{step}/prenet/first/Relu") == {
+        f"{step}/prenet/first/BiasAdd"}
+    assert f"{step}/prenet/first/Relu" in read(f"{step}/prenet/second/MatMul")
+    assert forward[f"{step}/prenet/second/Relu"] == ("Relu", (2, 12))
+    assert f"{step}/prenet/second/Relu" in read(f"{step}/attention_lstm/concat")
+    if t:
+      assert f"decoder/step_{t - 1}/attention/context" in read(
+          f"{step}/attention_lstm/concat")
+  # The ground truth: the target frames, read once and split by frame; the
+  # loss reads the same target.
+  (targets,) = read("decoder/previous_frames")
+  assert forward[targets] == ("ReadVariableOp", (2, 4, 7))
+  assert forward["decoder/previous_frames"][0] == "Unpack"
+  (target_variable,) = _variables(graph, targets)
+  assert _variables(graph, "loss/sub/ReadVariableOp") == {target_variable}
+
+
+def test_tacotron_decoder_lstms_share_their_weights_across_steps():
+  graph = _tacotron_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  for cell in ("attention_lstm", "decoder_lstm"):
+    weights = {}
+    for t, step in enumerate(_TACOTRON_STEPS):
+      c = f"{step}/{cell}"
+      # gates = [inputs] @ kernel + bias + h @ recurrent kernel, split in 4.
+      for role, op in (("kernel", "MatMul"), ("bias", "inputs"),
+                       ("recurrent", "MatMul_1")):
+        weights.setdefault(role, set()).update(
+            _variables(graph, f"{c}/{op}/ReadVariableOp"))
+      assert read(f"{c}/gates") == {f"{c}/inputs", f"{c}/MatMul_1"}
+      assert forward[f"{c}/split"][1] == (2, 10)
+      assert read(f"{c}/h") == {f"{c}/Sigmoid_2", f"{c}/Tanh_1"}
+      # The state carries from the step before.
+      if t:
+        before = f"decoder/step_{t - 1}/{cell}"
+        assert f"{before}/h" in read(f"{c}/MatMul_1"), c
+        assert f"{before}/c" in read(f"{c}/mul"), c
+    # One variable per role, read by every step (the real model's one set
+    # of LSTM weights), and updated once from the gradients of every step.
+    assert all(len(v) == 1 for v in weights.values()), (cell, weights)
+    for (variable,) in weights.values():
+      (update,) = [n for n, t in zip(names, types_)
+                   if t == "AssignSubVariableOp"
+                   and variable in _variables(graph, n)]
+      upstream = _ancestors(graph, [update])
+      for step in _TACOTRON_STEPS:
+        assert any(n.startswith(f"gradient_tape/{step}/{cell}/")
+                   for n in upstream), (cell, step)
+  # The decoder LSTM reads the attention LSTM's output and the context; the
+  # projections read its output and the context.
+  for step in _TACOTRON_STEPS:
+    assert read(f"{step}/decoder_lstm/concat") == {
+        f"{step}/attention_lstm/h", f"{step}/attention/context"}
+    assert read(f"{step}/output") == {f"{step}/decoder_lstm/h",
+                                      f"{step}/attention/context"}
+    assert forward[f"{step}/frame/BiasAdd"][1] == (2, 7)
+    assert forward[f"{step}/stop_token/BiasAdd"][1] == (2, 1)
+
+
+def test_tacotron_postnet_adds_a_residual_to_the_decoder_frames():
+  graph = _tacotron_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # The decoder's frames in order, [2, 4 frames, 7 bins].
+  assert [n for n, _ in _data_inputs(graph, "decoder/mel")] == [
+      f"{step}/frame/BiasAdd" for step in _TACOTRON_STEPS]
+  assert forward["decoder/mel"] == ("Pack", (2, 4, 7))
+  # Five width-5 convolutions, 9 channels then back to 7, batch norm, tanh
+  # but after the last; its output added to the decoder's frames.
+  stream = "decoder/mel"
+  for k in range(5):
+    c = f"postnet/conv_{k}"
+    assert read(f"{c}/conv/Conv1D/ExpandDims") == {stream}, c
+    assert forward[f"{c}/conv/Conv1D/Squeeze"][1] == (
+        2, 4, 9 if k < 4 else 7)
+    stream = f"{c}/batch_norm/batchnorm/add_1"
+    if k < 4:
+      assert read(f"{c}/tanh") == {stream}, c
+      stream = f"{c}/tanh"
+  assert "postnet/conv_4/tanh" not in forward
+  assert read("postnet/residual") == {"decoder/mel", stream}
+  assert forward["postnet/residual"] == ("AddV2", (2, 4, 7))
+  # Loss: squared error of the frames before and after the postnet, and the
+  # stop token's sigmoid cross-entropy, summed.
+  assert read("loss/sub") == {"decoder/mel", "loss/sub/ReadVariableOp"}
+  assert read("loss/sub_1") == {"postnet/residual",
+                                "loss/sub_1/ReadVariableOp"}
+  assert read("loss/mel_before") == {"loss/Square"}
+  assert read("loss/Square") == {"loss/sub"}
+  assert read("loss/mel_after") == {"loss/Square_1"}
+  assert read("loss/Square_1") == {"loss/sub_1"}
+  assert [n for n, _ in _data_inputs(graph, "decoder/stop_logits")][:4] == [
+      f"{step}/stop_token/BiasAdd" for step in _TACOTRON_STEPS]
+  assert "decoder/stop_logits" in read("loss/logistic_loss/mul")
+  assert read("loss/stop_token") == {"loss/logistic_loss"}
+  assert read("loss/total") == {"loss/mel_before", "loss/mel_after",
+                                "loss/stop_token"}
+
+
+def test_tacotron_clipped_adam_update_touches_every_trainable_variable():
+  graph = _tacotron_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  assert forward.get("global_norm/global_norm") == ("Sqrt", ())
+  updates, moving = {}, set()
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in _variables(graph, n):
+        if "/AssignMovingAvg" in n:
+          moving.add(v)
+        else:
+          updates.setdefault(v, []).append(n)
+  # Every variable the forward pass reads is updated once, but the data
+  # (the text, the target frames and stop tokens) and batch norm's moving
+  # statistics, which it assigns.
+  read_forward = {v for n, t in zip(names, types_)
+                  if t in ("ReadVariableOp", "ResourceGather")
+                  and not n.startswith(("gradient_tape/", "adam/"))
+                  for v in _variables(graph, n)}
+  data = read_forward - set(updates) - moving
+  assert sorted(forward[n][1] for v in data for n in names
+                if types_[graph.node_index[n]] == "ReadVariableOp"
+                and v in _variables(graph, n)
+                and not n.startswith("adam/")) == [
+                    (2, 4), (2, 4, 7), (2, 4, 7), (2, 4, 7), (2, 5)]
+  assert len(moving) == 2 * 8
+  # 51 weights: the character table; 3 per convolution (kernel, batch
+  # norm's scale and offset) of the encoder (3) and postnet (5); 3 per LSTM
+  # (2 encoder, 2 decoder); the prenet's 2 layers and the 2 projections, 2
+  # each; the attention's 6 (query, memory, location filters, location
+  # projection, v, b).
+  assert len(updates) == 1 + 3 * 8 + 3 * 4 + 2 * 4 + 6
+  assert all(len(u) == 1 for u in updates.values())
+  assert set(updates) == read_forward - data - moving
+  # Each update follows the loss's gradient, clipped by the global norm of
+  # all of them; Adam's two slots are assigned once per weight.
+  for v, (update,) in updates.items():
+    upstream = _ancestors(graph, [update])
+    assert "global_norm/global_norm" in upstream, v
+    assert any(n.startswith("clip_by_global_norm/") for n in upstream), v
+    assert any(n.startswith("gradient_tape/loss/") for n in upstream), v
+  assert _count(graph, "AssignVariableOp") == 2 * len(updates)
+  # Every shape is known but the character table's gradient rows.
+  assert graph.metadata["unknown_shape_nodes"] == 1
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

@@ -140,6 +140,14 @@ def convs2s_models(sizes):
           for enc, dec, width, seq, batch in sizes]
 
 
+def tacotrons(sizes):
+  """(text length, mel frames, batch) per variant; Tacotron 2's widths
+  (512-wide encoder, 1024-unit decoder LSTMs, 80 mel bins)."""
+  return [(f"tacotron_t{text_len}_f{frames}_b{batch}",
+           dict(text_len=text_len, frames=frames, batch=batch))
+          for text_len, frames, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

@@ -15,14 +15,15 @@ CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
 PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
 pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
 DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
-language model, an EDSR super-resolution network and a convolutional
-sequence-to-sequence translation model written with tf_keras layers
-(`transformers`, `recurrent`, `vision_models`, `recommenders`, `speech`,
-`gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
-`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`, `mobilevit`,
-`deeplab`, `captioner`, `llama`, `edsr`, `convs2s`), Keras 3 applications
-and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs)
-and generated graphs (`tf_gdp.graph.generators`). The evaluation families'
+language model, an EDSR super-resolution network, a convolutional
+sequence-to-sequence translation model and a Tacotron 2 text-to-speech
+model written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
+`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
+`conformer`, `hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`,
+`llama`, `edsr`, `convs2s`, `tacotron`), Keras 3 applications and layers
+(`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs) and
+generated graphs (`tf_gdp.graph.generators`). The evaluation families'
 variant names and arguments come from `eval_variants`.
 """
 
@@ -41,13 +42,13 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA, EDSR, CONVS2S) = (
+ LLAMA, EDSR, CONVS2S, TACOTRON) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
-     "llama", "edsr", "convs2s")
+     "llama", "edsr", "convs2s", "tacotron")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,6 +373,22 @@ _FAMILIES = (
            "to global norm 0.1 (corpus.convs2s)",
            _variants("convs2s", CONVS2S,
                      eval_variants.convs2s_models(sizes.CONVS2S_SIZES))),
+    Family("tacotron", EVAL, "Tacotron 2 text-to-speech model: a "
+           "character embedding, three width-5 convolutions (each its own "
+           "numbered scope) with batch norm and ReLU and a bidirectional "
+           "LSTM as the encoder; a decoder unrolled over the mel frames "
+           "(each step its own numbered scope, every step on the same "
+           "weights) of a two-layer ReLU prenet on the previous "
+           "ground-truth frame (teacher forcing), an attention LSTM, "
+           "location-sensitive attention (a convolution over the summed "
+           "earlier attention weights) over the encoder's output, a decoder "
+           "LSTM and linear projections to the frame and a stop-token "
+           "logit; a five-convolution postnet (batch norm, tanh) added as "
+           "a residual; mean squared error of the frames before and after "
+           "the postnet plus the stop token's sigmoid cross-entropy, Adam "
+           "on gradients clipped to global norm 1 (corpus.tacotron)",
+           _variants("tacotron", TACOTRON,
+                     eval_variants.tacotrons(sizes.TACOTRON_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -72,3 +72,7 @@ EDSR_SIZES = ((16, 64, 4, 64, 44), (32, 128, 3, 64, 48), (32, 256, 2, 96, 16),
 # target length, batch), by one-device peak memory only.
 CONVS2S_SIZES = ((8, 8, 512, 64, 64), (12, 16, 768, 96, 72),
                  (20, 20, 1024, 128, 64), (16, 20, 1024, 128, 160))
+# Tacotron 2: (text length, mel frames, batch), by one-device peak memory
+# only.
+TACOTRON_SIZES = ((40, 28, 16), (80, 88, 64), (120, 120, 224),
+                  (150, 130, 512))

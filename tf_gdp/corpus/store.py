@@ -137,6 +137,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import recurrent
   from tf_gdp.corpus import speech
   from tf_gdp.corpus import swin
+  from tf_gdp.corpus import tacotron
   from tf_gdp.corpus import training_steps
   from tf_gdp.corpus import transformers
   from tf_gdp.corpus import video
@@ -178,6 +179,7 @@ def _extract(variant: families.Variant):
       families.LLAMA: lambda: llama.llama(**args),
       families.EDSR: lambda: edsr.edsr(**args),
       families.CONVS2S: lambda: convs2s.convs2s(**args),
+      families.TACOTRON: lambda: tacotron.tacotron(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
