@@ -150,11 +150,7 @@ class _NesterovSGD(training_steps.Optimizer):
     tf = self._tf
     # The embeddings' gathered rows are summed dense first, so the norm and
     # the clipped gradients have static shapes.
-    grads = [tf.math.unsorted_segment_sum(
-        tf.reshape(g.values, [-1] + v.shape[1:].as_list()), g.indices,
-        v.shape[0]) if isinstance(g, tf.IndexedSlices) else g
-             for v, g in zip(self.variables, grads)]
-    grads, _ = tf.clip_by_global_norm(grads, self.clip_norm)
+    grads, _ = tf.clip_by_global_norm(self.dense(grads), self.clip_norm)
     with tf.name_scope("nesterov"):
       for variable, velocity, grad in zip(self.variables,
                                           self.slots["velocity"], grads):

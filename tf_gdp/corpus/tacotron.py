@@ -225,10 +225,6 @@ class _ClippedAdam(training_steps.Optimizer):
 
   def apply(self, grads) -> None:
     tf = self._tf
-    grads = [tf.math.unsorted_segment_sum(
-        tf.reshape(g.values, [-1] + v.shape[1:].as_list()), g.indices,
-        v.shape[0]) if isinstance(g, tf.IndexedSlices) else g
-             for v, g in zip(self.variables, grads)]
-    grads, _ = tf.clip_by_global_norm(grads, self.clip_norm)
+    grads, _ = tf.clip_by_global_norm(self.dense(grads), self.clip_norm)
     with tf.name_scope("adam"):
       super().apply(grads)

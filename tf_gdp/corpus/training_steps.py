@@ -55,6 +55,18 @@ class Optimizer:
                for v in self.variables]
         for slot in slots}
 
+  def summed_rows(self, grad, variable):
+    """A gradient of looked-up rows summed into `variable`'s static shape."""
+    tf = self._tf
+    rows = tf.reshape(grad.values, [-1] + variable.shape[1:].as_list())
+    return tf.math.unsorted_segment_sum(rows, grad.indices, variable.shape[0])
+
+  def dense(self, grads) -> list:
+    """`grads` with every gradient of looked-up rows `summed_rows`, so that
+    a global norm and clipping see static shapes."""
+    return [self.summed_rows(g, v) if isinstance(g, self._tf.IndexedSlices)
+            else g for v, g in zip(self.variables, grads)]
+
   def apply(self, grads) -> None:
     """One update of every variable with its gradient (None: unused)."""
     tf = self._tf
@@ -63,9 +75,7 @@ class Optimizer:
       if grad is None:
         continue
       if isinstance(grad, tf.IndexedSlices) and self.static_dense_shape:
-        rows = tf.reshape(grad.values, [-1] + variable.shape[1:].as_list())
-        grad = tf.math.unsorted_segment_sum(rows, grad.indices,
-                                            variable.shape[0])
+        grad = self.summed_rows(grad, variable)
       elif isinstance(grad, tf.IndexedSlices):
         grad = tf.convert_to_tensor(grad)
       if self.kind == "sgd":
