@@ -1853,6 +1853,278 @@ def test_tacotron_clipped_adam_update_touches_every_trainable_variable():
   assert graph.metadata["unknown_shape_nodes"] == 1
 
 
+def _tiny_mamba(**changes):
+  # Widths differ (model 6, inner 12, states 3, delta rank 2), so each shape
+  # names its tensor; 5 positions, an odd length, take both of the scan's
+  # cases.
+  args = dict(layers=2, d_model=6, seq=5, batch=2, vocab=11, d_state=3,
+              dt_rank=2)
+  return _variant("tiny_mamba", families.MAMBA, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _mamba_graph():
+  """The tiny Mamba step, built once for the tests that only read it."""
+  return store.build_graph(_tiny_mamba(), DEVICES)
+
+
+_MAMBA_LAYERS = ("layer_0", "layer_1")
+
+
+def test_mamba_blocks_are_numbered_stages_with_residuals():
+  graph = _mamba_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names = graph.node_names
+  # One numbered stack, each block reading the one before: the stage rules
+  # put every op of block i, forward and backward, at stage i.
+  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
+              if found}
+  assert {s for s in numbered if "layer_" in s} == set(_MAMBA_LAYERS)
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  stream = "token_embedding/embedding_lookup/Identity"
+  assert forward[stream] == ("Identity", (2, 5, 6))
+  for i, layer in enumerate(_MAMBA_LAYERS):
+    ops = [k for k, n in enumerate(names) if n.startswith(f"{layer}/")
+           or n.startswith(f"gradient_tape/{layer}/")]
+    assert len(ops) > 150, layer
+    assert known[ops].all() and (stage[ops] == i).all(), layer
+    # RMSNorm, the input projection to 2 x 12, the block's output projected
+    # back to 6 and added to its input.
+    assert read(f"{layer}/norm/Square") == {stream}, layer
+    assert read(f"{layer}/in_proj/Tensordot/Reshape") == {
+        f"{layer}/norm/mul_1"}
+    assert forward[f"{layer}/in_proj/Tensordot"][1] == (2, 5, 24)
+    assert read(f"{layer}/residual") == {stream,
+                                         f"{layer}/out_proj/Tensordot"}
+    assert forward[f"{layer}/residual"] == ("AddV2", (2, 5, 6))
+    stream = f"{layer}/residual"
+  assert read("final_norm/Square") == {stream}
+  with pytest.raises(ValueError, match="at least 1"):
+    store.build_graph(_tiny_mamba(layers=0), DEVICES)
+
+
+def test_mamba_convolution_is_causal_and_depthwise():
+  graph = _mamba_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  for layer in _MAMBA_LAYERS:
+    # The stream half of the input projection gets 4 - 1 = 3 zero positions
+    # before the first and none after, then a width-4 convolution without
+    # padding (8 positions to 5): the output at t reads t - 3 .. t only.
+    pad = f"{layer}/causal_pad"
+    assert pad in forward, f"{layer} does not pad its convolution's input"
+    assert forward[pad] == ("ConcatV2", (2, 8, 12)), layer
+    (zeros, _), before, (axis, _) = _data_inputs(graph, pad)
+    assert forward[zeros] == ("Const", (2, 3, 12)), layer
+    assert before == (f"{layer}/x_z", 0) and forward[axis] == ("Const", ())
+    # Depthwise: one width-4 filter per channel (multiplier 1), so no
+    # channel reads another.
+    conv = f"{layer}/conv/depthwise"
+    assert forward[conv] == ("DepthwiseConv2dNative", (2, 1, 5, 12)), layer
+    assert read(conv) == {f"{layer}/conv/ExpandDims",
+                          f"{layer}/conv/ExpandDims_1"}
+    assert read(f"{layer}/conv/ExpandDims") == {pad}
+    assert forward[f"{layer}/conv/ExpandDims"][1] == (2, 1, 8, 12)
+    assert forward[f"{layer}/conv/ExpandDims_1"][1] == (1, 4, 12, 1)
+    # SiLU: the convolution times its sigmoid.
+    out = f"{layer}/conv/Squeeze"
+    assert read(f"{layer}/conv_silu") == {out, f"{layer}/Sigmoid"}
+    assert read(f"{layer}/Sigmoid") == {out}
+  # No other convolution and no padding op: the zeros are the only padding.
+  assert _count(graph, "DepthwiseConv2dNative") == len(_MAMBA_LAYERS)
+  assert not {"Conv2D", "Pad", "PadV2", "MirrorPad"} & set(graph.op_types)
+
+
+def _symbolic_positions(graph, graph_def, sources, scope, output):
+  """Which source positions each element of the op `output` reads.
+
+  Each source op (name -> its label in the sets) is an array of its
+  output's shape whose element [b, t, ...] is {(label, t)}; the ops under
+  `scope` that `output` needs are then run on such arrays, reading their
+  inputs along the graph's edges and their constants' values from
+  `graph_def`: slices, concatenations, reversals and reshapes move the
+  sets, products and sums join them. An op of another type, or a path to `output` from
+  outside `scope` but the sources and constants, fails."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  tf, _ = training_steps.libraries()
+  nodes = {n.name: n for n in graph_def.node}
+  join = np.frompyfunc(lambda a, b: a | b, 2, 1)
+  values = {}
+  for name, label in sources.items():
+    shape = graph.output_shapes[graph.node_index[name]][0]
+    sets = np.empty(shape, object)
+    for index in np.ndindex(*shape):
+      sets[index] = frozenset({(label, index[1])})
+    values[name] = sets
+
+  def value(name):
+    if name in values:
+      return values[name]
+    op = graph.op_types[graph.node_index[name]]
+    if op == "Const":
+      values[name] = tf.make_ndarray(nodes[name].attr["value"].tensor)
+      return values[name]
+    assert name.startswith(scope), f"{name} is outside {scope}"
+    inputs = [value(n) for n, _ in _data_inputs(graph, name)]
+    if op == "StridedSlice":
+      attr = nodes[name].attr
+      assert not (attr["ellipsis_mask"].i or attr["new_axis_mask"].i
+                  or attr["shrink_axis_mask"].i), name
+      begin, end, strides = inputs[1:]
+      out = inputs[0][tuple(
+          slice(None if attr["begin_mask"].i >> d & 1 else begin[d],
+                None if attr["end_mask"].i >> d & 1 else end[d], strides[d])
+          for d in range(len(begin)))]
+    elif op == "ConcatV2":
+      out = np.concatenate(inputs[:-1], axis=int(inputs[-1]))
+    elif op == "ExpandDims":
+      out = np.expand_dims(inputs[0], int(inputs[1]))
+    elif op == "Reshape":
+      out = inputs[0].reshape(inputs[1])
+    elif op in ("Mul", "AddV2"):
+      out = join(*inputs)
+    elif op == "ReverseV2":
+      out = np.flip(inputs[0], tuple(int(a) for a in inputs[1]))
+    elif op == "Identity":
+      out = inputs[0]
+    else:
+      raise AssertionError(f"{name}: {op} moves positions in unknown ways")
+    assert out.shape == graph.output_shapes[graph.node_index[name]][0], name
+    values[name] = out
+    return out
+
+  return value(output)
+
+
+def test_mamba_scan_state_reads_its_position_and_every_earlier_one_only():
+  graph = _mamba_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  graph_def = store._extract(_tiny_mamba()).meta_graph.graph_def  # pylint: disable=protected-access
+  for layer in _MAMBA_LAYERS:
+    s = f"{layer}/ssm"
+    # Selective: delta, B and C are projected from the convolved stream
+    # (split 2, 3, 3); delta widened to 12 by the dt projection, softplus.
+    assert read(f"{s}/x_proj/Tensordot/Reshape") == {f"{layer}/conv_silu"}
+    assert read(f"{s}/delta_b_c") == {f"{s}/x_proj/Tensordot"}
+    assert _data_inputs(graph, f"{s}/dt_proj/Tensordot/Reshape")[0] == (
+        f"{s}/delta_b_c", 0)
+    assert read(f"{s}/delta") == {f"{s}/dt_proj/BiasAdd"}
+    assert forward[f"{s}/delta"] == ("Softplus", (2, 5, 12))
+    # A = -exp(A_log), [12 channels, 3 states]; A_bar = exp(delta A);
+    # B_bar x = delta B x, both [2, 5, 12, 3].
+    assert read(f"{s}/A") == {f"{s}/Exp"}
+    assert forward[f"{s}/Exp/ReadVariableOp"][1] == (12, 3)
+    assert read(f"{s}/mul") == {f"{s}/ExpandDims", f"{s}/A"}
+    assert read(f"{s}/ExpandDims") == {f"{s}/delta"}
+    assert read(f"{s}/A_bar") == {f"{s}/mul"}
+    assert read(f"{s}/mul_1") == {f"{s}/ExpandDims", f"{s}/ExpandDims_1"}
+    assert _data_inputs(graph, f"{s}/ExpandDims_1")[0] == (
+        f"{s}/delta_b_c", 1)
+    assert read(f"{s}/B_bar_x") == {f"{s}/mul_1", f"{s}/ExpandDims_2"}
+    assert read(f"{s}/ExpandDims_2") == {f"{layer}/conv_silu"}
+    for tensor in ("A_bar", "B_bar_x", "h"):
+      assert forward[f"{s}/{tensor}"][1] == (2, 5, 12, 3), tensor
+    # The scan: h_t = A_bar_t h_{t-1} + B_bar_t x_t from h_{-1} = 0, so the
+    # state at t reads B_bar x at every position up to t and A_bar at 1 .. t,
+    # and nothing after t: run on sets of positions, the scan's ops give
+    # exactly those.
+    (state,) = read(f"{s}/h")
+    h = _symbolic_positions(
+        graph, graph_def, {f"{s}/A_bar": "A", f"{s}/B_bar_x": "Bx"},
+        f"{s}/scan/", state)
+    for t in range(5):
+      expected = ({("A", r) for r in range(1, t + 1)}
+                  | {("Bx", r) for r in range(t + 1)})
+      assert all(cell == expected for cell in h[:, t].flat), (layer, t)
+    # Parallel, not a loop: log-depth combines, no while loop or unstack.
+    assert 2 <= sum(n.startswith(f"{s}/scan/fn") and n.endswith("/state")
+                    for n in forward) < 5
+    # The readout y = C . h + D x, C the last split.
+    assert read(f"{s}/mul_2") == {f"{s}/h", f"{s}/ExpandDims_3"}
+    assert _data_inputs(graph, f"{s}/ExpandDims_3")[0] == (
+        f"{s}/delta_b_c", 2)
+    assert read(f"{s}/C_h") == {f"{s}/mul_2"}
+    assert forward[f"{s}/C_h"] == ("Sum", (2, 5, 12))
+  assert not {"While", "StatelessWhile", "Unpack", "Enter"} & set(
+      graph.op_types)
+
+
+def test_mamba_gate_multiplies_the_scan_output():
+  graph = _mamba_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  for layer in _MAMBA_LAYERS:
+    s = f"{layer}/ssm"
+    # y = C . h + D x, with D a weight per channel times the scan's input.
+    assert read(f"{s}/y") == {f"{s}/C_h", f"{s}/mul_3"}
+    assert read(f"{s}/mul_3") == {f"{layer}/conv_silu",
+                                  f"{s}/mul_3/ReadVariableOp"}
+    assert forward[f"{s}/mul_3/ReadVariableOp"][1] == (12,)
+    # The gate: SiLU of the input projection's second half, z * sigmoid(z),
+    # multiplies y; the product is what the output projection reads.
+    gated, z_silu = f"{layer}/gated", f"{layer}/z_silu"
+    assert gated in forward, f"{layer} does not gate its scan"
+    assert forward[gated] == ("Mul", (2, 5, 12))
+    assert read(gated) == {f"{s}/y", z_silu}, layer
+    assert set(_data_inputs(graph, z_silu)) == {(f"{layer}/x_z", 1),
+                                                (f"{layer}/Sigmoid_1", 0)}
+    assert _data_inputs(graph, f"{layer}/Sigmoid_1") == [(f"{layer}/x_z", 1)]
+    assert read(f"{layer}/out_proj/Tensordot/Reshape") == {gated}
+    assert forward[f"{layer}/out_proj/Tensordot"][1] == (2, 5, 6)
+
+
+def test_mamba_tied_head_and_clipped_adamw_update_every_trainable_variable():
+  graph = _mamba_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  loss = "/".join(["SparseSoftmaxCrossEntropyWithLogits"] * 2)
+  norm = "global_norm/global_norm"
+  assert forward.get(norm) == ("Sqrt", ()), "no global norm to clip by"
+  # Tied: the logits read the final norm's output and the embedding table
+  # the lookup reads; next-token cross-entropy on them.
+  assert forward["logits"] == ("MatMul", (10, 11))
+  assert read("logits") == {"Reshape", "logits/ReadVariableOp"}
+  assert read("Reshape") == {"final_norm/mul_1"}
+  (table,) = _variables(graph, "logits/ReadVariableOp")
+  assert table in read("token_embedding/embedding_lookup")
+  assert read(loss) == {"logits", "Reshape_1"}
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in _variables(graph, n):
+        updates.setdefault(v, []).append(n)
+  # Every variable the forward pass reads is updated, but the tokens.
+  read_forward = {v for n, t in zip(names, types_)
+                  if t in ("ReadVariableOp", "ResourceGather")
+                  and not n.startswith(("gradient_tape/", "adamw/"))
+                  for v in _variables(graph, n)}
+  (tokens,) = read_forward - set(updates)
+  assert {forward[n][1] for n in names if tokens in read(n)} == {(2, 6)}
+  # 22 weights: the embedding, the final gain and 10 per block (norm gain,
+  # input projection, convolution kernel and bias, x projection, dt
+  # projection kernel and bias, A_log, D, output projection).
+  assert set(updates) == read_forward - {tokens}
+  assert len(updates) == 1 + 1 + 10 * len(_MAMBA_LAYERS)
+  # AdamW: each weight's Adam step follows the loss's gradient clipped by
+  # the global norm; the 11 weights of rank 2 or more but A_log also shrink
+  # by a step the loss does not reach (decoupled decay).
+  shapes = {v: forward[n][1] for n, (t, _) in forward.items()
+            if t == "ReadVariableOp" and not n.startswith("adamw/")
+            for v in _variables(graph, n)}
+  decayed = 0
+  for v, steps in updates.items():
+    reached = sorted(loss in _ancestors(graph, [u]) for u in steps)
+    rank = len(shapes[v])
+    a_log = shapes[v] == (12, 3)
+    assert reached == ([False, True] if rank >= 2 and not a_log
+                       else [True]), (v, shapes[v])
+    decayed += len(steps) - 1
+    (step,) = [u for u in steps if loss in _ancestors(graph, [u])]
+    assert norm in _ancestors(graph, [step]), v
+  assert decayed == 1 + 5 * len(_MAMBA_LAYERS)
+  assert _count(graph, "AssignVariableOp") == 2 * len(updates)
+  assert graph.metadata["unknown_shape_nodes"] == 0
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

@@ -148,6 +148,14 @@ def tacotrons(sizes):
           for text_len, frames, batch in sizes]
 
 
+def mambas(sizes):
+  """(layers, model width, sequence length, batch) per variant; inner width
+  2 x the model width, 16 states per channel, 50,280 tokens."""
+  return [(f"mamba_l{layers}_d{d_model}_s{seq}_b{batch}",
+           dict(layers=layers, d_model=d_model, seq=seq, batch=batch))
+          for layers, d_model, seq, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

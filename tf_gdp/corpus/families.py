@@ -16,15 +16,16 @@ PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
 pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
 DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
 language model, an EDSR super-resolution network, a convolutional
-sequence-to-sequence translation model and a Tacotron 2 text-to-speech
-model written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
-`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
-`conformer`, `hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`,
-`llama`, `edsr`, `convs2s`, `tacotron`), Keras 3 applications and layers
-(`keras3_models`), the zoo's models (`tf_gdp.zoo`, with knobs) and
-generated graphs (`tf_gdp.graph.generators`). The evaluation families'
-variant names and arguments come from `eval_variants`.
+sequence-to-sequence translation model, a Tacotron 2 text-to-speech model
+and a Mamba selective state-space language model written with tf_keras
+layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
+`speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`,
+`video`, `pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`,
+`mobilevit`, `deeplab`, `captioner`, `llama`, `edsr`, `convs2s`,
+`tacotron`, `mamba`), Keras 3 applications and layers (`keras3_models`),
+the zoo's models (`tf_gdp.zoo`, with knobs) and generated graphs
+(`tf_gdp.graph.generators`). The evaluation families' variant names and
+arguments come from `eval_variants`.
 """
 
 import dataclasses
@@ -42,13 +43,13 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA, EDSR, CONVS2S, TACOTRON) = (
+ LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
-     "llama", "edsr", "convs2s", "tacotron")
+     "llama", "edsr", "convs2s", "tacotron", "mamba")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,6 +390,21 @@ _FAMILIES = (
            "on gradients clipped to global norm 1 (corpus.tacotron)",
            _variants("tacotron", TACOTRON,
                      eval_variants.tacotrons(sizes.TACOTRON_SIZES))),
+    Family("mamba", EVAL, "Mamba selective state-space language model: a "
+           "token embedding, then residual blocks (each its own numbered "
+           "scope) of RMSNorm, an input projection split into a stream and "
+           "a gate, a causal (left-padded) width-4 depthwise convolution "
+           "and SiLU on the stream, input-dependent step size, B and C "
+           "projected from it, the discretised recurrence h_t = "
+           "exp(delta A) h_{t-1} + delta B x_t run as a parallel "
+           "associative scan over the sequence (TensorFlow Probability's "
+           "scan_associative), the readout C h + D x gated by SiLU of the "
+           "gate and an output projection; a final RMSNorm, an output "
+           "projection tied to the embedding, next-token softmax "
+           "cross-entropy, AdamW on gradients clipped to global norm 1 "
+           "(corpus.mamba)",
+           _variants("mamba", MAMBA,
+                     eval_variants.mambas(sizes.MAMBA_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

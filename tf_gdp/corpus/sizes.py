@@ -76,3 +76,7 @@ CONVS2S_SIZES = ((8, 8, 512, 64, 64), (12, 16, 768, 96, 72),
 # only.
 TACOTRON_SIZES = ((40, 28, 16), (80, 88, 64), (120, 120, 224),
                   (150, 130, 512))
+# Mamba: (layers, model width, sequence length, batch), by one-device peak
+# memory only.
+MAMBA_SIZES = ((6, 512, 256, 2), (12, 768, 512, 1), (16, 1024, 512, 1),
+               (22, 1024, 256, 3))

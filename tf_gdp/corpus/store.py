@@ -129,6 +129,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import hrnet
   from tf_gdp.corpus import keras3_models
   from tf_gdp.corpus import llama
+  from tf_gdp.corpus import mamba
   from tf_gdp.corpus import mobilevit
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import perceiver
@@ -180,6 +181,7 @@ def _extract(variant: families.Variant):
       families.EDSR: lambda: edsr.edsr(**args),
       families.CONVS2S: lambda: convs2s.convs2s(**args),
       families.TACOTRON: lambda: tacotron.tacotron(**args),
+      families.MAMBA: lambda: mamba.mamba(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
