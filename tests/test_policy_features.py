@@ -223,28 +223,24 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   first, second = by_node[:3, 0], by_node[3:6, 0]
   assert len(set(first)) == 1 and len(set(second)) == 1
   assert {first[0], second[0]} == {0.0, 1.0}
-  # m-ETF's schedule: each op's device as a coordinate among the GPUs; the
-  # CPU (a kind with one device) is coordinate 0, which pulls to nothing.
+  # m-ETF's schedule: each op's device index, the CPU's included.
   scheduled = m_etf.place(graph, topology)
-  gpu = scheduled < 2
+  assert scheduled[6] == 2
   np.testing.assert_array_equal(by_node[:, 3], np.ones(7))
-  np.testing.assert_array_equal(by_node[gpu, 2], scheduled[gpu])
-  assert by_node[6, 2] == 0.0 and scheduled[6] == 2
+  np.testing.assert_array_equal(by_node[:, 2], scheduled)
   # The side-branch offload: both chains feed the sink, so all is spine and
   # stays on the first GPU (the CPU-only sink on the CPU).
   offloaded = side_offload.place(graph, topology)
   np.testing.assert_array_equal(offloaded, [0] * 6 + [2])
   np.testing.assert_array_equal(by_node[:, 5], np.ones(7))
-  np.testing.assert_array_equal(by_node[:, 4], np.zeros(7))
+  np.testing.assert_array_equal(by_node[:, 4], offloaded)
   # The fewest contiguous stages: everything fits the first GPU (the
   # CPU-only sink goes where it must).
   np.testing.assert_array_equal(by_node[:, 7], np.ones(7))
-  np.testing.assert_array_equal(by_node[:, 6], np.zeros(7))
-  # HEFT's schedule, coordinates as for m-ETF's.
-  earliest_finish = heft.place(graph, topology)
-  on_gpu = earliest_finish < 2
+  np.testing.assert_array_equal(by_node[:, 6], [0] * 6 + [2])
+  # HEFT's schedule, as m-ETF's.
   np.testing.assert_array_equal(by_node[:, 9], np.ones(7))
-  np.testing.assert_array_equal(by_node[on_gpu, 8], earliest_finish[on_gpu])
+  np.testing.assert_array_equal(by_node[:, 8], heft.place(graph, topology))
   # One primary device: nothing to cut.
   alone = features.policy_inputs(graph, _topo(("GPU", "CPU")))
   assert not alone.placement_features[:, :2].any()

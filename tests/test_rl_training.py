@@ -14,7 +14,7 @@ import pytest
 
 # tf_gdp.rl first: it imports tf-agents and repairs tf.keras after it.
 from tf_gdp.rl import environment  # pylint: disable=g-bad-import-order
-from rl_graphs import gpus, two_chains  # tests/ helper
+from rl_graphs import GIB, gpus, two_chains  # tests/ helper
 from tf_gdp.rl import actor_network
 from tf_gdp.rl import exploration
 from tf_gdp.rl import placement_task
@@ -588,6 +588,44 @@ def test_zero_shot_unshifted_pushes_outweigh_a_confident_policy():
   assert shot.valid_step_times_us[1] == pytest.approx(staged)
   cut = metis.partition_devices(graph, task.topology)
   assert shot.valid_step_times_us[2] == pytest.approx(judge(cut))
+
+
+def test_zero_shot_placement_pushes_reach_a_lone_gpu_beside_the_host():
+  # One GPU and the host CPU, a confident policy that sends some layers to
+  # the slow CPU: the placement pushes (m-ETF, the offload, the fewest
+  # stages, HEFT) all give the whole chain to the GPU, and their samples
+  # must be that placement, though the GPU is the only one of its kind.
+  names = [f"layer_{i}/op{j}" for i in range(4) for j in range(3)]
+  chain = list(range(len(names)))
+  graph = op_graph.OpGraph.build(
+      name="layers", node_names=names, op_types=["MatMul"] * len(names),
+      costs={"GPU": [100.0] * len(names), "CPU": [1000.0] * len(names)},
+      output_bytes=[1000] * len(names), memory_bytes=[0] * len(names),
+      edge_src=chain[:-1], edge_dst=chain[1:],
+      edge_bytes=[1000] * (len(names) - 1))
+  topology = topology_lib.custom("gpu_and_host", [
+      topology_lib.Device("/job:localhost/replica:0/task:0/device:GPU:0",
+                          "GPU", GIB),
+      topology_lib.Device("/job:localhost/replica:0/task:0/device:CPU:0",
+                          "CPU", GIB)], np.full((2, 2), 10.0),
+                                  np.full((2, 2), 5.0))
+  task = placement_task.PlacementTask(graph, topology)
+  policy = tiny_policy("feedforward", seed=3)
+  observation = {k: tf.convert_to_tensor(v[None]) for k, v in
+                 features.as_tensors(features.policy_inputs(
+                     graph, topology)).items()}
+  exploration.policy_logits(policy, observation)
+  policy.logit_scale.assign(1e4)
+  shot = zero_shot.zeroshot(policy, task, samples=10, seed=0,
+                            entropy_floor=0.0)
+  judge = lambda p: simulator.simulate(
+      graph, np.asarray(p, np.int32), topology).step_time_us
+  on_gpu = judge(np.zeros(len(names)))
+  assert shot.greedy_step_time_us > on_gpu  # the policy uses the CPU
+  for name, row in zip(("m_etf", "side_offload", "contiguous_split", "heft"),
+                       (4, 6, 8, 10)):
+    assert shot.valid_step_times_us[row] == pytest.approx(on_gpu), name
+  assert shot.step_time_us == pytest.approx(on_gpu)
 
 
 def test_pipeline_pushes_stop_when_they_do_not_pay_off():

@@ -29,8 +29,8 @@ _GRAPHS = flags.DEFINE_string(
     "'*.pbtxt', SavedModel directories), generated graphs ('layered:N').",
     required=True)
 _DEVICES = flags.DEFINE_string(
-    "devices", "p100x4", "Topology: a preset (p100x2, p100x4, v100x8, h100x8, "
-    "cpu-workers:K, local-cpus:K) or a topology .json file.")
+    "devices", "p100x4", "Topology: a preset (p100x1, p100x2, p100x4, v100x8, "
+    "h100x8, cpu-workers:K, local-cpus:K) or a topology .json file.")
 _METHOD = flags.DEFINE_string(
     "method", placing.AUTO, "auto (the best valid placement of gdp, the cheap "
     "baselines and local_search, each search given --budget_seconds), gdp "

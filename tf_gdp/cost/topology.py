@@ -285,12 +285,15 @@ def local_gpus(count: int, gpu_spec: str, gpu_memory_bytes: int) -> Topology:
                   interconnects.pcie(count))
 
 
-# Presets: two, three or four PCIe 3.0 GPUs (four: two per PCIe switch,
-# sharing its uplink), a DGX-1V and a DGX H100; figures, wiring and sources in
-# `interconnects`. Two variants of the four-GPU box: `p100x4-12g` with the
-# 12 GB P100 (the PCIe card's smaller model; memory-tight), and `mixed4`,
-# two P100s beside two GPUs at half their speed (a box with an older pair).
+# Presets: one, two, three or four PCIe 3.0 GPUs (one: a workstation's GPU
+# beside its host CPU; four: two per PCIe switch, sharing its uplink), a
+# DGX-1V and a DGX H100; figures, wiring and sources in `interconnects`.
+# Two variants of the four-GPU box: `p100x4-12g` with the 12 GB P100 (the
+# PCIe card's smaller model; memory-tight), and `mixed4`, two P100s beside
+# two GPUs at half their speed (a box with an older pair).
 _PRESETS = {
+    "p100x1": lambda: _gpu_box("p100x1", "p100", 1, 16 * GIB,
+                               interconnects.pcie(1)),
     "p100x2": lambda: _gpu_box("p100x2", "p100", 2, 16 * GIB,
                                interconnects.pcie(2)),
     "p100x3": lambda: _gpu_box("p100x3", "p100", 3, 16 * GIB,

@@ -189,6 +189,23 @@ def stage_target(stage_features, device_features, device_mask,
                                centre_shift))
 
 
+def placement_direction(placement_features, device_mask):
+  """float[B, N, D]: 1 on the device a placement push gives an op, else 0.
+
+  `placement_features` [B, N, 2] is one push's (device index, has one) pair
+  of the observation's `placement_features`. Unlike a stage, a placement
+  names its device outright, so the pull goes to exactly that device
+  whatever its kind: with one GPU beside the host, or two GPU models side
+  by side, a pull laid over the devices of a kind would reach no device or
+  two.
+  """
+  placement_features = tf.cast(placement_features, tf.float32)
+  real = tf.cast(device_mask, tf.float32)  # [B, D]
+  pull = tf.one_hot(tf.cast(placement_features[..., 0], tf.int32),
+                    tf.shape(real)[-1])
+  return pull * real[:, None, :] * placement_features[..., 1:2]
+
+
 def crisp(pull):
   """float[..., D]: 1 on each row's largest pull (the first of ties), 0
   elsewhere; rows that pull nothing stay zero."""

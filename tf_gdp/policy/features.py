@@ -174,10 +174,10 @@ class PolicyInputs:
       (`scopes.stage_coordinates`), and 1.0 if it has one (0.0: none, and
       padding).
     placement_features: float32[N, 2 * NUM_PLACEMENT_PUSHES] per node and
-      placement push p (`push_placements.PUSHES`): column 2p is the device
-      that placement gives the op as a stage coordinate, i / (K - 1) for the
-      i-th of the K devices of its kind, so that `devices.stage_direction`
-      pulls it to that device; column 2p + 1 is 1.0 if it gives one (0.0:
+      placement push p (`push_placements.PUSHES`): column 2p is the index
+      of the device that placement gives the op, which
+      `devices.placement_direction` pulls it to whatever the device's kind
+      (a lone GPU, the host CPU); column 2p + 1 is 1.0 if it gives one (0.0:
       an op METIS's cut leaves out, a placement that does not exist, and
       padding).
     allowed: bool[G, D] every member of the group may run on the device;
@@ -299,8 +299,9 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
     stage_features[:n, 2 * r + 1] = staged[order]
   placement_features = np.zeros((big_n, 2 * NUM_PLACEMENT_PUSHES), np.float32)
   for p, name in enumerate(push_placements.PUSHES):
-    placement_features[:n, 2 * p:2 * p + 2] = _device_coordinates(
-        push_placements.devices(name, graph, topology), topology)[order]
+    pushed = push_placements.devices(name, graph, topology)[order]
+    placement_features[:n, 2 * p] = np.maximum(pushed, 0)
+    placement_features[:n, 2 * p + 1] = pushed >= 0
   op_ids = np.zeros(big_n, np.int32)
   type_ids = {t: op_type_id(t) for t in set(graph.op_types)}
   op_ids[:n] = [type_ids[graph.op_types[i]] for i in order]
@@ -336,25 +337,6 @@ def policy_inputs(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
       placement_features=placement_features,
       allowed=allowed, order=order, num_nodes=n, num_groups=num_groups,
       num_devices=d)
-
-
-def _device_coordinates(device: np.ndarray,
-                        topology: topology_lib.Topology) -> np.ndarray:
-  """float32[n, 2]: (stage coordinate of the op's device, has one) per op."""
-  kinds = topology.kinds
-  index_in_kind = np.zeros(topology.num_devices)
-  count_of_kind = np.zeros(topology.num_devices)
-  for kind in set(kinds):
-    members = [j for j, k in enumerate(kinds) if k == kind]
-    index_in_kind[members] = np.arange(len(members))
-    count_of_kind[members] = len(members)
-  has = device >= 0
-  coordinates = np.zeros((device.size, 2), np.float32)
-  chosen = device[has]
-  coordinates[has, 0] = index_in_kind[chosen] / np.maximum(
-      count_of_kind[chosen] - 1, 1)
-  coordinates[has, 1] = 1.0
-  return coordinates
 
 
 def group_to_node_placement(inputs: PolicyInputs,

@@ -249,7 +249,8 @@ def _pipeline_noise(noise, observation, num_groups):
   A stage rule's direction is its pipeline (`devices.stage_target`), or,
   in a sample whose device centres are shifted, the soft pull of the
   shifted centres (`devices.stage_direction`); a placement push's
-  direction (one device per op) is never shifted.
+  direction is the device it gives each op (`devices.placement_direction`),
+  never shifted.
   """
   device_mask = tf.cast(observation["device_mask"], tf.bool)
   shift = noise[:, :, features.PIPELINE_SHIFT_COLUMN]  # [B, D]
@@ -265,9 +266,8 @@ def _pipeline_noise(noise, observation, num_groups):
     push += gain[:, None, None] * direction
   for p in range(features.NUM_PLACEMENT_PUSHES):
     gain = noise[:, 0, features.PLACEMENT_NOISE_COLUMN + p]
-    push += gain[:, None, None] * devices.stage_direction(
-        observation["placement_features"][..., 2 * p:2 * p + 2],
-        observation["device_features"], device_mask)
+    push += gain[:, None, None] * devices.placement_direction(
+        observation["placement_features"][..., 2 * p:2 * p + 2], device_mask)
   node_mask = tf.cast(observation["node_mask"], tf.bool)
   return _group_mean(push, observation["group_ids"], node_mask, num_groups)
 
