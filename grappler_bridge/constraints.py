@@ -196,7 +196,7 @@ class KernelTable:
       entries = []
       for k in kernels.get_registered_kernels_for_op(op).kernel:
         constraints = tuple(
-            (c.name, frozenset(c.allowed_values.list.type))
+            (c.name, _allowed_values(c.allowed_values.list))
             for c in k.constraint if c.allowed_values.HasField("list"))
         entries.append((k.device_type, constraints, k.label))
       self._kernels[op] = entries
@@ -205,12 +205,23 @@ class KernelTable:
     return self._kernels[op]
 
 
+def _allowed_values(values) -> frozenset:
+  """A kernel constraint's allowed values: dtypes, or strings for a string
+  attr (GatherNd's `bad_indices_policy`)."""
+  return frozenset(values.type) | frozenset(values.s)
+
+
 def _type_attr_value(node, name: str):
+  """The node's value of a constrained attr: a dtype, a tuple of dtypes, or
+  a string (bytes); None if the node does not set it."""
   if name not in node.attr:
     return None
   value = node.attr[name]
-  if value.WhichOneof("value") == "list":
-    return tuple(value.list.type)
+  field = value.WhichOneof("value")
+  if field == "list":
+    return tuple(value.list.type) + tuple(value.list.s)
+  if field == "s":
+    return value.s
   return value.type
 
 

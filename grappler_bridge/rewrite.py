@@ -71,7 +71,7 @@ def check_placement(graph_def, *, check_kernels: bool = True) -> None:
   devices = {node.name: node.device for node in graph_def.node}
   for group in constraints.colocation_groups(graph_def):
     used = {devices[name] for name in group if devices[name]}
-    if len(used) > 1:
+    if len(used) > 1 and not _one_device(used):
       raise errors.PlacementError(
           f"colocation group of {group[0]!r} ({len(group)} ops) is split over "
           f"devices {sorted(used)}; its ops must share one device")
@@ -85,6 +85,18 @@ def check_placement(graph_def, *, check_kernels: bool = True) -> None:
       raise errors.PlacementError(
           f"op {node.name!r} ({node.op}) has no {kind} kernel but is placed on "
           f"{node.device}")
+
+
+def group_pins(graph_def) -> dict:
+  """{node name: device} for every member of a colocation group that has a
+  pinned member: where the group must run (its first pin)."""
+  devices = {node.name: node.device for node in graph_def.node}
+  pins = {}
+  for group in constraints.colocation_groups(graph_def):
+    pinned = [devices[name] for name in group if devices[name]]
+    if pinned:
+      pins.update(dict.fromkeys(group, pinned[0]))
+  return pins
 
 
 def check_devices_exist(graph_def) -> None:
@@ -116,11 +128,23 @@ def _missing_device_hint(wanted: tf.DeviceSpec) -> str:
 
 
 _LOCAL_DEFAULTS = {"job": "localhost", "replica": 0, "task": 0}
+_FIELDS = ("job", "replica", "task", "device_type", "device_index")
+
+
+def _one_device(names) -> bool:
+  """Whether device strings all name one device: a pin written short
+  (`/device:CPU:0`) and a placement's full name for the same local device
+  are one device."""
+  specs = [tf.DeviceSpec.from_string(name) for name in names]
+  fullest = max(specs, key=lambda spec: sum(
+      getattr(spec, field) is not None for field in _FIELDS))
+  return all(_matches(spec, fullest) and _matches(fullest, spec)
+             for spec in specs)
 
 
 def _matches(wanted: tf.DeviceSpec, have: tf.DeviceSpec) -> bool:
   """Whether every field that `wanted` specifies agrees with local `have`."""
-  for field in ("job", "replica", "task", "device_type", "device_index"):
+  for field in _FIELDS:
     want = getattr(wanted, field)
     got = getattr(have, field)
     if got is None:

@@ -36,6 +36,19 @@ def test_string_join_is_cpu_only():
   assert constraints.node_has_kernel(join, "CPU")
 
 
+def test_a_string_valued_kernel_constraint_is_matched_by_its_string():
+  # GatherNd's kernels constrain `bad_indices_policy`, a string attr, beside
+  # its dtypes: the node's string must be read as a string, or no CPU kernel
+  # would fit the graph `tf.sparse.from_dense` writes.
+  gather = _node("GatherNd", Tparams=tf.int64, Tindices=tf.int64)
+  gather.attr["bad_indices_policy"].s = b""
+  types = constraints.KernelTable().device_types(gather)
+  assert "CPU" in types
+  assert constraints.node_has_kernel(gather, "CPU")
+  gather.attr["bad_indices_policy"].s = b"NO_SUCH_POLICY"
+  assert "CPU" not in constraints.KernelTable().device_types(gather)
+
+
 def test_unknowable_kernels_count_as_available():
   assert constraints.node_has_kernel(_node("_Arg", T=tf.float32), "GPU")
   assert constraints.node_has_kernel(_node("NoSuchOp"), "GPU")

@@ -33,7 +33,8 @@ _LAYERS = (
     ("tf_gdp.zoo",),
     ("tf_gdp.cost",),
     ("tf_gdp.graph",),
-    ("tf_gdp.errors", "tf_gdp.fileio", "tf_gdp.version"),
+    ("tf_gdp.errors", "tf_gdp.fileio", "tf_gdp.float32_keras",
+     "tf_gdp.version"),
     ("grappler_bridge",),
 )
 _RANK = {unit: rank for rank, units in enumerate(_LAYERS) for unit in units}

@@ -18,6 +18,7 @@ from tf_gdp import placing
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import generators
 from tf_gdp.graph import json_io
+from tf_gdp.graph import op_graph
 
 TINY_POLICY = {"hidden_size": 16, "op_embedding_size": 4, "gnn_rounds": 1,
                "placer_layers": 1, "num_heads": 2, "ffn_size": 32,
@@ -116,6 +117,37 @@ def test_gdp_fine_tune_never_returns_worse_than_zero_shot(graph, topology,
   assert result.details["mode"] == "fine-tune"
   assert result.details["finetune_iterations"] >= 1
   assert result.step_time_us <= result.details["zero_shot_step_time_us"] + 1e-6
+
+
+def test_gdp_places_under_a_callers_mixed_precision_policy(graph, topology,
+                                                          tiny_policy):
+  # A training script's global mixed_float16 policy must not reach the
+  # policy network's layers, and is the caller's again afterwards.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  precision = tf.keras.mixed_precision
+  precision.set_global_policy("mixed_float16")
+  try:
+    result = placing.place(graph, topology, "gdp", policy=tiny_policy,
+                           samples=4, compare=())
+    assert precision.global_policy().name == "mixed_float16"
+  finally:
+    precision.set_global_policy("float32")
+  assert result.valid
+
+
+def test_gdp_does_not_fine_tune_a_step_that_takes_no_time(topology,
+                                                         tiny_policy):
+  # Constants only: every op is free, so one device takes no time and no
+  # reward could be told from another.
+  free = op_graph.OpGraph.build(
+      name="constants", node_names=["a", "b", "c"], op_types=["Const"] * 3,
+      costs={"GPU": [0.0] * 3, "CPU": [0.0] * 3}, output_bytes=[4] * 3,
+      memory_bytes=[4] * 3, edge_src=[], edge_dst=[], edge_bytes=[])
+  result = placing.place(free, topology, "gdp", policy=tiny_policy,
+                         budget_seconds=3.0, samples=4, compare=())
+  assert result.valid and result.step_time_us == 0.0
+  assert result.details["mode"] == "zero-shot"
+  assert "finetune_skipped" in result.details
 
 
 def test_gdp_fine_tune_ends_with_local_moves_within_its_budget(

@@ -101,6 +101,41 @@ def test_splitting_a_colocation_group_is_an_error():
     rewrite.apply_placement(extracted.graph_def, placement)
 
 
+def _pinned_variable_graph(device):
+  """A TF1 step whose variable is pinned to `device` and whose update is
+  colocated with it (the optimizer's `_class`) but carries no pin."""
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [2, 3], name="x")
+    with tf.device(device):
+      w = tf.compat.v1.get_variable("w", [3, 3], use_resource=True)
+    loss = tf.reduce_sum(tf.matmul(x, w), name="loss")
+    tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, name="train_op")
+  return graph.as_graph_def()
+
+
+def test_a_short_pin_and_its_full_name_are_one_device():
+  graph_def = _pinned_variable_graph("/device:CPU:0")
+  group = next(g for g in constraints.colocation_groups(graph_def)
+               if "w" in g)
+  unpinned = [n.name for n in graph_def.node
+              if n.name in group and not n.device]
+  assert unpinned  # the update, colocated by `_class` only
+  rewrite.apply_placement(graph_def, dict.fromkeys(unpinned, _CPU0))
+  with pytest.raises(errors.PlacementError, match="split over devices"):
+    rewrite.apply_placement(graph_def, dict.fromkeys(unpinned, _CPU1))
+
+
+def test_a_pinned_ops_colocation_group_follows_its_pin():
+  graph_def = _pinned_variable_graph("/device:CPU:1")
+  group = next(g for g in constraints.colocation_groups(graph_def)
+               if "w" in g)
+  pins = rewrite.group_pins(graph_def)
+  assert {pins[name] for name in group} == {"/device:CPU:1"}
+  assert "x" not in pins and "loss" not in pins
+
+
 def test_ops_of_a_captured_variable_must_stay_on_its_device():
   _two_cpus()
   step, variable = _step_and_variable()

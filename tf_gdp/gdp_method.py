@@ -72,7 +72,12 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
              # Of the 1 + samples placements, how many the repair changed.
              "zero_shot_repaired": shot.repaired}
   evaluations = shot.evaluations
-  if budget_seconds > 0 or budget_evaluations:
+  # A valid placement that takes no time (a step of constants) is the best
+  # there is: fine-tuning would only spend the budget.
+  free = shot.valid and shot.step_time_us <= 0
+  if free:
+    details.update(finetune_skipped="the zero-shot placement takes no time")
+  if (budget_seconds > 0 or budget_evaluations) and not free:
     # pylint: disable=g-import-not-at-top
     import tensorflow as tf
     from tf_gdp.rl import polish

@@ -32,6 +32,7 @@ from grappler_bridge import errors as grappler_errors
 
 from tf_gdp import auto_method
 from tf_gdp import errors
+from tf_gdp import float32_keras
 from tf_gdp import gdp_method
 from tf_gdp import placement_file
 from tf_gdp.baselines import repair
@@ -126,6 +127,7 @@ def method_names() -> list:
   return [AUTO, GDP] + baselines.method_names()
 
 
+@float32_keras.in_float32
 def place(graph: op_graph.OpGraph, topology: topology_lib.Topology,
           method: str = AUTO, *, budget_seconds: float = 0.0,
           budget_evaluations: Optional[int] = None,

@@ -32,6 +32,8 @@ from tf_gdp.cost import simulator
 
 INVALID_PENALTY = 3.0
 REFERENCE_METHODS = ("single_device", "human_expert")
+# The least reference step time, in us: rewards divide by it.
+_LEAST_REFERENCE_US = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +119,11 @@ def compute_reference(task, methods: Sequence[str] = REFERENCE_METHODS
     outcome = simulator.simulate(task.graph, result.placement, task.topology)
     step = outcome.step_time_us
     if outcome.valid and (best is None or step < best.step_time_us):
-      best = Reference(method, step, np.asarray(result.placement, np.int32))
+      # A step of free ops (constants only) takes no time: rewards need a
+      # positive reference.
+      best = Reference(method, max(step, _LEAST_REFERENCE_US),
+                       np.asarray(result.placement, np.int32))
   if best is not None:
     return best
   bound = lower_bound_lib.lower_bound(task.graph, task.topology)
-  return Reference("lower_bound", max(float(bound), 1e-3), None)
+  return Reference("lower_bound", max(float(bound), _LEAST_REFERENCE_US), None)

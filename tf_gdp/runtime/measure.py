@@ -328,11 +328,14 @@ def profile(extracted: extract.ExtractedGraph,
     with targets.opened(target) as opened:
       device = device or opened.default_device
       # An op the graph pins elsewhere stays there (its time is its
-      # device's); a pin to a device the target lacks fails the run below.
+      # device's), and so do the ops colocated with it; a pin to a device
+      # the target lacks fails the run below.
       captures = set(extracted.capture_names)
+      group_pins = rewrite.group_pins(extracted.graph_def)
       placed = rewrite.apply_placement(
           extracted.graph_def,
-          {node.name: device for node in extracted.graph_def.node
+          {node.name: group_pins.get(node.name, device)
+           for node in extracted.graph_def.node
            if not node.device or node.name in captures})
       try:
         with placed_session.placed_session(extracted, placed, feeds, opened,
