@@ -298,12 +298,16 @@ def _parse_binary(path: str, data: bytes) -> meta_graph_pb2.MetaGraphDef:
     meta_graph.ParseFromString(data)
     if _has_named_nodes(meta_graph.graph_def):
       return meta_graph
+    parsed_meta_graph = meta_graph.HasField("meta_info_def")
   except (proto_message.DecodeError, RuntimeWarning, ValueError):
-    pass
+    parsed_meta_graph = False
   graph_def = tf.compat.v1.GraphDef()
   try:
     graph_def.ParseFromString(data)
   except (proto_message.DecodeError, RuntimeWarning, ValueError) as e:
+    if parsed_meta_graph:  # a MetaGraphDef of an empty graph
+      raise errors.GraphLoadError(
+          f"{path}: parsed, but the graph has no nodes") from e
     raise errors.GraphLoadError(
         f"{path}: not a binary GraphDef or MetaGraphDef "
         f"(protobuf parse failed: {errors.first_line(e)})") from e

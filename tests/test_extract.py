@@ -158,6 +158,15 @@ def test_bad_graph_files(tmp_path, content, message):
   assert "\n" not in str(info.value)
 
 
+def test_a_metagraph_of_an_empty_graph_says_so(tmp_path):
+  path = tmp_path / "empty.pb"
+  graph = tf.Graph()
+  path.write_bytes(tf.compat.v1.train.export_meta_graph(
+      graph_def=graph.as_graph_def(), graph=graph).SerializeToString())
+  with pytest.raises(errors.GraphLoadError, match="graph has no nodes"):
+    extract.from_graph_file(str(path))
+
+
 def test_truncated_and_syntax_error_files(tmp_path):
   binary, text, _ = _write_graph_files(tmp_path)
   truncated = tmp_path / "t.pb"

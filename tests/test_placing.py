@@ -272,8 +272,9 @@ def test_cli_places_a_glob_and_reports_the_bad_file(graph, tmp_path):
       capture_output=True, timeout=300, check=False)
   assert result.returncode == 2, result.stderr
   assert "1 placed, 1 failed" in result.stdout
+  # The file is named once, by the path its error opens with.
   assert result.stderr.strip().splitlines()[-1].startswith(
-      "error: 1 of 2 graphs failed (first: bad.json")
+      f"error: 1 of 2 graphs failed (first: {tmp_path}/bad.json: invalid JSON")
   assert "Traceback" not in result.stderr
   document = json.loads((out / "good.json" / "placement.json").read_text())
   assert len(document["placement"]) == graph.num_nodes

@@ -14,6 +14,7 @@ fails is reported and skipped; the exit code is then 2, the others' results
 are kept.
 """
 
+import os
 import sys
 
 from absl import flags
@@ -94,6 +95,11 @@ def main(argv):
   print(place_batch.format_summary(outcomes, _DEVICES.value, _METHOD.value))
   failed = [o for o in outcomes if o.result is None]
   if failed:
+    first = failed[0]
+    # An error about a file usually opens with its path already.
+    opening = str(first.error).split(": ", 1)[0]
+    named = (first.error if os.path.basename(opening) == first.label
+             else f"{first.label}: {first.error}")
     sys.stderr.write(f"error: {len(failed)} of {len(outcomes)} graphs failed "
-                     f"(first: {failed[0].label}: {failed[0].error})\n")
+                     f"(first: {named})\n")
     sys.exit(2)
