@@ -351,11 +351,12 @@ def _node_dicts(graph: graph_view.Graph, costs, analysis: _Analysis, groups,
 
 
 def _capture_names(graph: graph_view.Graph) -> frozenset:
-  """Names of the placeholders that stand for captured tensors.
+  """Names of the placeholders that stand for captured variables.
 
-  Their device is where the eager value happened to be created, not a user
-  pin, so it is not kept.
+  Their device is where the variable happened to be created, not a user
+  pin, so it is not kept. Other captured tensors keep the device scope they
+  were traced in (a replica's, under a distribution strategy).
   """
   if graph.extracted is None:
     return frozenset()
-  return frozenset(graph.extracted.capture_names)
+  return graph.extracted.resource_captures

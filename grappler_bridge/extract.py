@@ -77,6 +77,17 @@ class ExtractedGraph:
   def graph_def(self) -> tf.compat.v1.GraphDef:
     return self.meta_graph.graph_def
 
+  @property
+  def resource_captures(self) -> frozenset:
+    """The captures that are resource handles (variables): those live on a
+    device. Other captured tensors are copied to wherever they are used, and
+    their placeholders keep the device scope they were traced in."""
+    resource = tf.resource.as_datatype_enum
+    handles = {node.name for node in self.graph_def.node
+               if node.op == "Placeholder"
+               and node.attr["dtype"].type == resource}
+    return frozenset(name for name in self.capture_names if name in handles)
+
 
 def from_function(fn, *example_args, **example_kwargs) -> ExtractedGraph:
   """Traces `fn` (a tf.function or a plain Python function) and flattens it."""

@@ -160,8 +160,10 @@ def check_captures_stay(graph_def, extracted) -> None:
   Running on the caller's own variables means each variable stays where it
   was created, and TF keeps every op using its handle on that device.
   """
+  variables = extracted.resource_captures
   lives_on = {name: device for name, device in
-              zip(extracted.capture_names, extracted.capture_devices) if device}
+              zip(extracted.capture_names, extracted.capture_devices)
+              if device and name in variables}
   if not lives_on:
     return
   devices = {node.name: node.device for node in graph_def.node}

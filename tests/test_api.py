@@ -246,6 +246,45 @@ def test_ctc_loss_scans_place_and_match():
   assert len(set(placed.placement.values())) == 2
 
 
+def test_a_mirrored_strategy_step_places_and_matches():
+  # Each replica's captured scalars are traced in its device scope: their
+  # placeholders keep that device, where the eager values live elsewhere.
+  _need_two_cpus()
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  with strategy.scope():
+    weights = tf.Variable(tf.ones([4, 4]))
+
+  @tf.function
+  def step(x):
+    def replica(x):
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(x @ weights)
+      grad = tf.distribute.get_replica_context().all_reduce(
+          "sum", tape.gradient(loss, weights))
+      weights.assign_sub(0.01 * grad)
+      return loss
+    return strategy.reduce("SUM", strategy.run(replica, args=(x,)),
+                           axis=None)
+
+  x = tf.ones([2, 4])
+  placed = gdp.place(step, x, devices=DEVICES, method="metis", compare=(),
+                     profile=False)
+  first, second = placed(x).numpy(), placed(x).numpy()
+  assert first == pytest.approx(64.0) and second == pytest.approx(61.44)
+
+
+def test_a_function_that_fails_to_trace_is_one_input_error():
+  def step(x):
+    if tf.reduce_sum(x) > 0:  # a graph condition: autograph traces both arms
+      raise ValueError("no graph for a positive batch")
+    return x * 2.0
+
+  with pytest.raises(errors.InputError, match=(
+      r"^step: tracing it as a tf.function failed: ValueError: no graph for "
+      r"a positive batch \(File .*\)$")):
+    gdp.place(step, tf.ones([2]), devices="p100x2", method="metis")
+
+
 def test_plain_function_with_literal_default_and_no_outputs():
   _need_two_cpus()
   total = tf.Variable(0.0)

@@ -30,6 +30,8 @@ import os
 import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
+from grappler_bridge import errors as grappler_errors
+
 from tf_gdp import confirm_placement
 from tf_gdp import errors
 from tf_gdp import graph_specs
@@ -222,7 +224,15 @@ class PlacedFunction:
     from grappler_bridge import extract  # pylint: disable=g-import-not-at-top
     options = self._options
     topo = target_devices.resolve(options.devices)
-    concrete = self._fn.get_concrete_function(*args, **kwargs)
+    try:
+      concrete = self._fn.get_concrete_function(*args, **kwargs)
+    except errors.InputError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      # The caller's code, traced as a graph, failed: bad input, said once.
+      raise errors.InputError(
+          f"{self.__name__}: tracing it as a tf.function failed: "
+          f"{_trace_error(e)}") from e
     extracted = extract.from_concrete_function(concrete)
     if options.backend == MEASURE:  # refused before any search or run
       from grappler_bridge import side_effects  # pylint: disable=g-import-not-at-top
@@ -371,6 +381,16 @@ def _as_tf_function(fn: Callable):
   return tf.function(fn)
 
 
+def _trace_error(error: Exception) -> str:
+  """One line for an error raised while tracing: autograph's "in user
+  code:" report ends with the error and names the user's line before it."""
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  if len(lines) > 1 and lines[0] == "in user code:":
+    where = [line for line in lines if line.startswith("File ")]
+    return lines[-1] + (f" ({where[-1]})" if where else "")
+  return f"{type(error).__name__}: {grappler_errors.first_line(error)}"
+
+
 def _op_graph(extracted, topo: topology_lib.Topology, *, name: str,
               pin_captures: bool):
   """Costs the flat graph for the topology's hardware; returns it and its pins.
@@ -381,8 +401,10 @@ def _op_graph(extracted, topo: topology_lib.Topology, *, name: str,
   """
   pins = {}
   if pin_captures:
+    variables = extracted.resource_captures
     pins = {capture: device for capture, device in
-            zip(extracted.capture_names, extracted.capture_devices) if device}
+            zip(extracted.capture_names, extracted.capture_devices)
+            if device and capture in variables}
   return graph_specs.op_graph_from_extracted(
       extracted, name=name, devices=topo, pinned=pins), pins
 

@@ -330,7 +330,7 @@ def profile(extracted: extract.ExtractedGraph,
       # An op the graph pins elsewhere stays there (its time is its
       # device's), and so do the ops colocated with it; a pin to a device
       # the target lacks fails the run below.
-      captures = set(extracted.capture_names)
+      captures = extracted.resource_captures
       group_pins = rewrite.group_pins(extracted.graph_def)
       placed = rewrite.apply_placement(
           extracted.graph_def,
