@@ -12,7 +12,8 @@ from tf_gdp.cost import topology
 
 
 @pytest.mark.parametrize("name,gpus,memory_gib", [
-    ("p100x2", 2, 16), ("p100x4", 4, 16), ("v100x8", 8, 32), ("h100x8", 8, 80)])
+    ("p100x1", 1, 16), ("p100x2", 2, 16), ("p100x4", 4, 16), ("v100x8", 8, 32),
+    ("h100x8", 8, 80)])
 def test_gpu_presets_have_gpus_plus_a_host_cpu(name, gpus, memory_gib):
   topo = topology.get(name)
   assert topo.kinds == ["GPU"] * gpus + ["CPU"]
