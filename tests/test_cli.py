@@ -62,6 +62,12 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
         f"--out={tmp_path / 'y.json'}"], "unknown devices 'tpu9000'"),
       (["place", f"--graphs={cyclic}", "--method=metis", "--robust_objective",
         f"--out={tmp_path / 'z'}"], "robust objective steers gdp"),
+      (["place", "--graphs=layered:30", "--method=random", "--seed=-5",
+        f"--out={tmp_path / 'z'}"], "--seed=-5"),
+      (["calibrate", "--workers=65"], "--workers=65"),
+      # The file system's answer on a path the user gave, named once.
+      (["place", "--graphs=layered:30", "--method=metis", "--compare=",
+        f"--out={truncated}"], f"{truncated}: File exists"),
   ]
   for args, message in cases:
     _assert_bad_input(_cli(*args), message)

@@ -259,6 +259,21 @@ def test_placed_meta_graph_carries_the_devices(tmp_path):
       assert placed[op] == device
 
 
+def test_write_graph_of_an_op_graph_file_is_refused_before_any_output(
+    graph, tmp_path):
+  json_io.save_json(graph, str(tmp_path / "g.json"))
+  out = tmp_path / "out"
+  result = subprocess.run(
+      [sys.executable, "-m", "tf_gdp", "place", f"--graphs={tmp_path}/g.json",
+       "--devices=p100x2", "--method=metis", "--compare=", "--write_graph",
+       f"--out={out}"],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+      capture_output=True, timeout=300, check=False)
+  assert result.returncode == 2, result.stderr
+  assert "no TensorFlow graph to write" in result.stderr
+  assert not [f for _, _, files in os.walk(out) for f in files]
+
+
 def test_cli_places_a_glob_and_reports_the_bad_file(graph, tmp_path):
   json_io.save_json(graph, str(tmp_path / "good.json"))
   (tmp_path / "bad.json").write_text("not json")

@@ -270,6 +270,15 @@ def test_saved_policy_configs_load_with_the_behaviour_they_were_saved_with(
     policy_io.load_policy(path)
 
 
+def test_weights_cut_short_are_one_input_error(tmp_path):
+  path = policy_io.save_policy(tiny_policy("feedforward"),
+                               str(tmp_path / "policy"))
+  (data,) = glob.glob(os.path.join(path, policy_io.POLICY_WEIGHTS + ".data-*"))
+  os.truncate(data, os.path.getsize(data) // 2)
+  with pytest.raises(errors.InputError, match="the checkpoint cannot be read"):
+    policy_io.load_policy(path)
+
+
 _RESUME_SCRIPT = """
 import sys
 from tf_gdp.cli import pretrain, runner

@@ -72,6 +72,9 @@ def _document(**changes):
     ({"version": 9}, "unsupported topology version"),
     ({"devices": [{"name": "/device:CPU:0", "kind": "CPU", "memory_bytes": -1}]},
      "memory_bytes must be a positive integer"),
+    ({"devices": [{"name": "/device:CPU:0", "kind": "CPU", "memory_bytes": 1024},
+                  {"name": "/device:TPU:0", "kind": "TPU", "memory_bytes": 1024}]},
+     "device kind 'TPU' is not one of GPU, CPU"),
 ])
 def test_bad_topology_files(tmp_path, changes, message):
   path = tmp_path / "bad.json"

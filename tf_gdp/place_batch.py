@@ -104,6 +104,8 @@ def place_many(spec: str, devices: str, out_dir: str, *,
     clock = time.perf_counter()
     try:
       loaded = item.load(devices)
+      if write_graph:
+        _check_writable_graph(loaded)  # before the search writes anything
       if write_graph and loaded.saved_model_signature is not None:
         from grappler_bridge import export  # pylint: disable=g-import-not-at-top
         export.check_saved_model_source(loaded.extracted)  # before the search
@@ -171,10 +173,7 @@ def write_outputs(folder, loaded, topology, result, *, pictures=True,
     summary_chart.write_device_summary_png(
         graph, topology, result.placement, os.path.join(folder, "devices.png"))
   if write_graph:
-    if loaded.extracted is None:
-      raise errors.InputError(
-          f"{graph.name}: an op-graph JSON file has no TensorFlow graph to "
-          "write (--write_graph needs a zoo model, GraphDef or SavedModel)")
+    _check_writable_graph(loaded)
     write_placed_meta_graph(loaded.extracted, result.device_map(graph),
                             os.path.join(folder, "placed_graph.pb"))
     if loaded.saved_model_signature is not None:
@@ -195,6 +194,14 @@ def _calibrated(devices: str, topology, log) -> topology_lib.Topology:
       f"{topology_lib.calibrated_path(count)}; `tf-gdp calibrate` redoes it)")
   calibrate.calibrate(count, log=lambda line: log(f"  {line}"))
   return topology_lib.get(devices)
+
+
+def _check_writable_graph(loaded) -> None:
+  """InputError unless `loaded` has a TensorFlow graph to write back."""
+  if loaded.extracted is None:
+    raise errors.InputError(
+        f"{loaded.graph.name}: an op-graph JSON file has no TensorFlow graph "
+        "to write (--write_graph needs a zoo model, GraphDef or SavedModel)")
 
 
 def write_placed_meta_graph(extracted, device_map: dict, path: str) -> None:

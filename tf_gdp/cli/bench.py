@@ -42,7 +42,8 @@ _MEASURE = flags.DEFINE_string(
     "measured column).")
 _REPEATS = flags.DEFINE_integer("measure_repeats", 5, "Timed steps per measurement.",
                                 lower_bound=1)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed for randomized methods.")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seed for randomized methods.", lower_bound=0)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write all rows and settings here.")
 _SIGNATURE = graph_flags.define_signature(__name__)
 _INPUT_SHAPES = graph_flags.define_input_shapes(__name__)

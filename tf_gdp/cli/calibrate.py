@@ -20,7 +20,7 @@ from tf_gdp import fileio
 from tf_gdp.rl import cli_lib
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Worker processes (K).",
-                                lower_bound=2)
+                                lower_bound=2, upper_bound=64)
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Transfer measurement rounds, "
                                "each in a fresh cluster (median per size).",
                                lower_bound=1)

@@ -30,7 +30,8 @@ _PLACEMENT = flags.DEFINE_string(
 _DEVICES = flags.DEFINE_string(
     "devices", None, "Topology: a preset or a topology .json file (default: "
     "the preset the placement file was made for).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds a randomized baseline.")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seeds a randomized baseline.", lower_bound=0)
 _JSON_OUT = flags.DEFINE_string(
     "json_out", None, "Also write the report as JSON here (step_time_us, "
     "valid, reason, devices, transfer_bytes, lower_bound_us, ...).")

@@ -46,7 +46,8 @@ _ZEROSHOT = flags.DEFINE_bool(
 _ZEROSHOT_SAMPLES = flags.DEFINE_integer(
     "zeroshot_samples", 16, "Sampled placements besides the greedy one.",
     lower_bound=0)
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds sampling.")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seeds sampling.", lower_bound=0)
 _SIGNATURE = graph_flags.define_signature(__name__)
 _INPUT_SHAPES = graph_flags.define_input_shapes(__name__)
 _TRAINING = cli_lib.define_training_flags(__name__)

@@ -52,7 +52,8 @@ _SAMPLES = flags.DEFINE_integer(
 _COMPARE = flags.DEFINE_list(
     "compare", list(placing.DEFAULT_COMPARE),
     "Baselines to evaluate beside the method for the report ('' for none).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds sampling and randomized methods.")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seeds sampling and randomized methods.", lower_bound=0)
 _OUT = flags.DEFINE_string("out", None, "Output folder (one sub-folder per "
                            "graph).", required=True)
 _PICTURES = flags.DEFINE_bool("pictures", True, "Write gantt.png and "

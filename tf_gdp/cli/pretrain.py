@@ -65,7 +65,8 @@ _HIDDEN_SIZE = flags.DEFINE_integer("hidden_size", 64, "Policy width.",
 _POLICY_CONFIG = flags.DEFINE_string(
     "policy_config", None, "JSON object of further PolicyConfig fields, e.g. "
     "'{\"gnn_rounds\": 2, \"segment_length\": 64}'.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds the policy and sampling.")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seeds the policy and sampling.", lower_bound=0)
 _IMITATION_EPOCHS = flags.DEFINE_integer(
     "imitation_epochs", 0, "Before PPO, epochs of supervised imitation of "
     "each task's search target (the best valid placement of the one-shot "

@@ -49,6 +49,12 @@ def _guarded(main, argv):
     main(argv)
   except errors.InputError as e:
     _report(f"error: {e}", 2)
+  except OSError as e:
+    # A path the user gave that cannot be made, read or written: the file
+    # system's answer, said once.
+    path = e.filename2 or e.filename  # a rename names its target second
+    _report(f"error: {path}: {e.strerror}" if path and e.strerror
+            else f"error: {e}", 2)
   except KeyboardInterrupt:
     _report("interrupted", 130)
   except Exception as e:  # pylint: disable=broad-except

@@ -45,6 +45,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from grappler_bridge import hardware as hardware_lib
 from grappler_bridge import limits
 
 from tf_gdp import errors
@@ -394,6 +395,12 @@ def from_document(document) -> Topology:
   except (KeyError, TypeError, ValueError, AttributeError,
           OverflowError) as e:
     raise errors.InputError(f"malformed topology: {type(e).__name__}: {e}") from e
+  # Ops are priced per kind: a device of another kind would never be used.
+  unknown = sorted({d.kind for d in devices} - set(hardware_lib.KINDS))
+  if unknown:
+    raise errors.InputError(
+        f"device kind {unknown[0]!r} is not one of "
+        f"{', '.join(hardware_lib.KINDS)}")
   return custom(name, devices, bandwidth, latency, hardware, table_bytes,
                 table_us, channels=channels, routes=routes, runtime=runtime)
 

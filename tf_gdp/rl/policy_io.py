@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tf_gdp import errors
 from tf_gdp.policy import compat
+from tf_gdp.rl import run_dir
 
 POLICY_CONFIG_FILE = "policy_config.json"
 POLICY_WEIGHTS = "weights"
@@ -107,7 +108,8 @@ def load_policy(path: str) -> tf.keras.Model:
   # Deferred restoration: the variables are created (and restored) on the
   # policy's first call. Partial: variables an older checkpoint lacks keep
   # their initial values (`policy.compat`).
-  tf.train.Checkpoint(policy=policy).restore(prefix).expect_partial()
+  run_dir.restore_checkpoint(tf.train.Checkpoint(policy=policy), prefix,
+                             partial=True)
   policy._tf_gdp_restored_from = prefix  # pylint: disable=protected-access
   return policy
 

@@ -20,6 +20,8 @@ import fcntl
 import json
 import os
 
+from grappler_bridge import errors as grappler_errors
+
 from tf_gdp import errors
 from tf_gdp import fileio
 from tf_gdp.graph import identity
@@ -92,3 +94,24 @@ def imitation_path(root_dir: str) -> str:
 def targets_dir(root_dir: str) -> str:
   """Where the imitation targets are cached."""
   return os.path.join(root_dir, TARGETS_DIR)
+
+
+def restore_checkpoint(checkpoint, prefix: str, *,
+                       partial: bool = False) -> None:
+  """Restores `prefix` into a `tf.train.Checkpoint`; InputError if its files
+  cannot be read (cut short, overwritten) rather than the reader's error.
+
+  `partial`: variables the checkpoint lacks keep their values
+  (`policy.compat`); otherwise every object that exists must be matched.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    status = checkpoint.restore(prefix)
+    if partial:
+      status.expect_partial()
+    else:
+      status.assert_existing_objects_matched()
+  except (tf.errors.OpError, IndexError, ValueError) as e:
+    raise errors.InputError(f"{prefix}: the checkpoint cannot be read "
+                            f"({type(e).__name__}: {grappler_errors.first_line(e)})"
+                           ) from e

@@ -154,8 +154,8 @@ class Trainer:
     """Restores the latest checkpoint and best files; True if resumed."""
     resumed = False
     if self.manager is not None and self.manager.latest_checkpoint:
-      status = self.checkpoint.restore(self.manager.latest_checkpoint)
-      status.assert_existing_objects_matched()
+      run_dir.restore_checkpoint(self.checkpoint,
+                                 self.manager.latest_checkpoint)
       resumed = True
       self.env.evaluations = int(self.evaluations.numpy())
       records = json.loads(self.best_json.numpy().decode("utf-8") or "{}")
