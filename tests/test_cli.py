@@ -65,6 +65,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
       (["place", "--graphs=layered:30", "--method=random", "--seed=-5",
         f"--out={tmp_path / 'z'}"], "--seed=-5"),
       (["calibrate", "--workers=65"], "--workers=65"),
+      (["corpus", "build", "--select="], "--select names nothing to build"),
       # The file system's answer on a path the user gave, named once.
       (["place", "--graphs=layered:30", "--method=metis", "--compare=",
         f"--out={truncated}"], f"{truncated}: File exists"),

@@ -19,6 +19,7 @@ import sys
 from absl import flags
 from absl import logging as absl_logging
 
+from tf_gdp import errors
 from tf_gdp.corpus import graph_sets
 from tf_gdp.corpus import store
 
@@ -37,6 +38,10 @@ def main(argv):
   del argv
   if not flags.FLAGS["verbosity"].present:
     absl_logging.set_verbosity(absl_logging.WARNING)
+  if not [selection for selection in _SELECT.value if selection]:
+    raise errors.InputError(
+        "--select names nothing to build (all, train, eval, family or "
+        "variant names)")
   variants = []
   for selection in _SELECT.value:
     for variant in graph_sets.select(f"{graph_sets.PREFIX}:{selection}"):

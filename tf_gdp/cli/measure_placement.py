@@ -68,6 +68,8 @@ def main(argv):
         f"{_GRAPH.value}: an op-graph JSON file has no TensorFlow graph to run")
   side_effects.check(loaded.extracted.graph_def, what=_GRAPH.value,
                      allow_side_effects=_ALLOW_SIDE_EFFECTS.value)
+  if _PLACEMENT.value:  # a file for another graph is refused before profiling
+    placement_file.load(loaded.graph, topology, _PLACEMENT.value)
   # The prediction prices ops as `place` did: profiled when the devices are
   # here (the same cached profile), else the roofline.
   graph, costs = profiled_costs.profiled_graph(
