@@ -370,3 +370,9 @@ def test_saved_model_in_placed_saved_model_out(tmp_path):
   x = tf.random.stateless_normal([4, 8], seed=[3, 4])
   np.testing.assert_allclose(serve(x=x)["y"].numpy(),
                              model(x)["y"].numpy(), rtol=1e-5, atol=1e-6)
+  # Placed again without --write_graph: no graph of the old placement stays.
+  place_batch.write_outputs(str(out), loaded, topology, result,
+                            pictures=False, write_graph=False)
+  assert (out / "placement.json").is_file()
+  assert not (out / "placed_graph.pb").exists()
+  assert not (out / "placed_saved_model").exists()

@@ -4,6 +4,7 @@ import dataclasses
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -341,6 +342,18 @@ def test_kill_and_resume_keeps_the_best_placement(tmp_path):
   result = trainer.run(train_config.Budget(iterations=iterations + 1))
   assert result.iterations == iterations + 1
   assert result.best[task.name].step_time_us <= before["step_time_us"]
+
+  # Stopped before its first checkpoint: only the best placements come back,
+  # and the log does not claim a resumed iteration.
+  shutil.rmtree(os.path.join(root, "checkpoints"))
+  lines = []
+  again = trainer_lib.Trainer(
+      environment.PlacementEnv([task]), policy_io.build_policy(TINY),
+      config=train_config.TrainConfig(samples_per_graph=8),
+      root_dir=root, log=lines.append)
+  assert int(again.iteration.numpy()) == 0
+  assert again.env.best(0).step_time_us <= before["step_time_us"]
+  assert any(line.startswith("no checkpoint yet") for line in lines), lines
 
 
 _FINETUNE_SCRIPT = """

@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import time
 from typing import Callable, List, Optional
 
@@ -157,6 +158,7 @@ def write_outputs(folder, loaded, topology, result, *, pictures=True,
   from `extra_report`, what priced the ops.
   """
   os.makedirs(folder, exist_ok=True)
+  _remove_previous_outputs(folder)
   graph = loaded.graph
   placing.save(result, graph, os.path.join(folder, "placement.json"))
   report = {**result.report(), "links": topology_lib.link_source(topology),
@@ -180,6 +182,22 @@ def write_outputs(folder, loaded, topology, result, *, pictures=True,
       write_placed_saved_model(loaded.extracted, result.device_map(graph),
                                os.path.join(folder, "placed_saved_model"),
                                loaded.saved_model_signature)
+
+
+# Outputs written only on request: a folder placed again must not keep the
+# previous placement's picture or graph beside the new placement.json.
+OPTIONAL_OUTPUTS = ("gantt.png", "devices.png", "placed_graph.pb",
+                    "placed_saved_model")
+
+
+def _remove_previous_outputs(folder: str) -> None:
+  """Deletes the optional outputs of an earlier run into `folder`."""
+  for name in OPTIONAL_OUTPUTS:
+    path = os.path.join(folder, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path)
+    elif os.path.lexists(path):
+      os.remove(path)
 
 
 def _calibrated(devices: str, topology, log) -> topology_lib.Topology:

@@ -96,6 +96,17 @@ def targets_dir(root_dir: str) -> str:
   return os.path.join(root_dir, TARGETS_DIR)
 
 
+def resumed_line(checkpointed: bool, iteration: int, evaluations: int,
+                 seconds: float) -> str:
+  """What a resumed run logs. A run stopped before its first checkpoint
+  keeps only its best placements: training itself starts again."""
+  if not checkpointed:
+    return ("no checkpoint yet: training starts at iteration 0, from the "
+            "best placements the stopped run wrote")
+  return (f"resumed at iteration {iteration}, {evaluations} evaluations, "
+          f"{seconds:.0f} s")
+
+
 def restore_checkpoint(checkpoint, prefix: str, *,
                        partial: bool = False) -> None:
   """Restores `prefix` into a `tf.train.Checkpoint`; InputError if its files

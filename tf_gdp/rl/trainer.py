@@ -152,11 +152,11 @@ class Trainer:
 
   def restore(self) -> bool:
     """Restores the latest checkpoint and best files; True if resumed."""
-    resumed = False
+    resumed = checkpointed = False
     if self.manager is not None and self.manager.latest_checkpoint:
       run_dir.restore_checkpoint(self.checkpoint,
                                  self.manager.latest_checkpoint)
-      resumed = True
+      resumed = checkpointed = True
       self.env.evaluations = int(self.evaluations.numpy())
       records = json.loads(self.best_json.numpy().decode("utf-8") or "{}")
       for i, task in enumerate(self.env.tasks):
@@ -175,9 +175,9 @@ class Trainer:
           self.env.set_best(i, on_disk)
           resumed = True
     if resumed:
-      self._log(f"resumed at iteration {int(self.iteration.numpy())}, "
-                f"{int(self.evaluations.numpy())} evaluations, "
-                f"{self.seconds.numpy():.0f} s")
+      self._log(run_dir.resumed_line(
+          checkpointed, int(self.iteration.numpy()),
+          int(self.evaluations.numpy()), float(self.seconds.numpy())))
     return resumed
 
   def _judge_source(self) -> str:
