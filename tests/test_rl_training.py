@@ -280,6 +280,24 @@ def test_weights_cut_short_are_one_input_error(tmp_path):
     policy_io.load_policy(path)
 
 
+@pytest.mark.parametrize("edit, match", [
+    ({"hidden_size": 48}, "the checkpoint cannot be read"),
+    ({"placer_layers": 2}, "the config does not belong to these weights"),
+    ({"gnn_rounds": 1}, "the config does not belong to these weights")])
+def test_a_config_edited_away_from_its_weights_is_refused_at_load(
+    tmp_path, edit, match):
+  path = policy_io.save_policy(tiny_policy("feedforward"),
+                               str(tmp_path / "policy"))
+  assert policy_io.load_policy(path).built  # as saved: loads
+  config_file = os.path.join(path, policy_io.POLICY_CONFIG_FILE)
+  with open(config_file, encoding="utf-8") as f:
+    config = json.load(f)
+  with open(config_file, "w", encoding="utf-8") as f:
+    json.dump({**config, **edit}, f)
+  with pytest.raises(errors.InputError, match=match):
+    policy_io.load_policy(path)
+
+
 _RESUME_SCRIPT = """
 import sys
 from tf_gdp.cli import pretrain, runner

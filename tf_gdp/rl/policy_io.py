@@ -63,6 +63,8 @@ def save_policy(policy: tf.keras.Model, directory: str) -> str:
   replaces `directory` by renames, so a reader (or a kill) sees the old
   policy or the new one, never half of each.
   """
+  if not policy.built:  # a policy never called: save the weights it gets
+    _create_variables(policy)
   directory = os.path.abspath(directory)
   parent = os.path.dirname(directory)
   os.makedirs(parent, exist_ok=True)
@@ -105,11 +107,47 @@ def load_policy(path: str) -> tf.keras.Model:
     prefix = tf.train.latest_checkpoint(os.path.join(path, "checkpoints"))
     if prefix is None:
       raise errors.InputError(f"{path}: no policy weights or checkpoints")
-  # Deferred restoration: the variables are created (and restored) on the
-  # policy's first call. Partial: variables an older checkpoint lacks keep
-  # their initial values (`policy.compat`).
+  # The variables exist before the restore, so weights that do not fit the
+  # config fail here, named, and not inside the first placement. Partial:
+  # variables an older checkpoint lacks keep their initial values
+  # (`policy.compat`).
+  _create_variables(policy)
   run_dir.restore_checkpoint(tf.train.Checkpoint(policy=policy), prefix,
                              partial=True)
+  _check_weights_match(policy, prefix, config_path)
   policy._tf_gdp_restored_from = prefix  # pylint: disable=protected-access
   return policy
+
+
+def _create_variables(policy: tf.keras.Model) -> None:
+  """One call on a four-op graph: the variables' shapes need no real graph,
+  and the real first call is then no slower."""
+  from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
+  from tf_gdp.graph import generators  # pylint: disable=g-import-not-at-top
+  from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
+  inputs = features.policy_inputs(
+      generators.random_layered_graph(4, width=2), topology_lib.get("p100x2"))
+  policy({k: tf.convert_to_tensor(v[None])
+          for k, v in features.as_tensors(inputs).items()})
+
+
+# Variables a saved policy may lack (`policy.compat`): v1 has no logit scale.
+_MAY_LACK = ("policy/logit_scale/.ATTRIBUTES/VARIABLE_VALUE",)
+
+
+def _check_weights_match(policy: tf.keras.Model, prefix: str,
+                         config_path: str) -> None:
+  """InputError when the checkpoint holds more or fewer of the network's
+  variables than the config builds (layers added or removed by hand): a
+  partial restore would otherwise leave some layers random."""
+  saved = {name for name, _ in tf.train.list_variables(prefix)
+           if name.startswith("policy/") and ".OPTIMIZER_SLOT" not in name
+           and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE")}
+  lacking = sum(name not in saved for name in _MAY_LACK)
+  built = len(policy.variables)
+  if len(saved) not in (built, built - lacking):
+    raise errors.InputError(
+        f"{prefix}: the weights hold {len(saved)} of the network's variables "
+        f"but {config_path} builds {built}: the config does not belong to "
+        "these weights")
 
