@@ -2125,6 +2125,292 @@ def test_mamba_tied_head_and_clipped_adamw_update_every_trainable_variable():
   assert graph.metadata["unknown_shape_nodes"] == 0
 
 
+def _tiny_vqvae(**changes):
+  # Sizes differ (image 12, half width 4, width 8, 7 codes of 5), so each
+  # shape names its tensor: the 3 x 3 code map of 2 images is 18 vectors.
+  args = dict(image_size=12, hidden=8, blocks=2, codes=7, batch=2,
+              code_dim=5)
+  return _variant("tiny_vqvae", families.VQVAE, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _vqvae_graph():
+  """The tiny VQ-VAE step, built once for the tests that only read it."""
+  return store.build_graph(_tiny_vqvae(), DEVICES)
+
+
+@functools.lru_cache(maxsize=1)
+def _vqvae_graph_def():
+  """The tiny VQ-VAE step's GraphDef, for the tests that run parts of it."""
+  return store._extract(_tiny_vqvae()).meta_graph.graph_def  # pylint: disable=protected-access
+
+
+def _run_vqvae(fetch: str, feeds: dict):
+  """The value of the op `fetch` of the tiny step, the ops named in `feeds`
+  (name -> array) replaced by those values, so none upstream of them runs."""
+  tf, _ = training_steps.libraries()
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.graph_util.import_graph_def(_vqvae_graph_def(), name="")
+  with tf.compat.v1.Session(graph=graph) as session:
+    return session.run(f"{fetch}:0",
+                       {f"{name}:0": value for name, value in feeds.items()})
+
+
+def test_vqvae_strided_convolutions_and_numbered_residual_stages():
+  graph = store.build_graph(_tiny_vqvae(blocks=10), DEVICES)
+  forward, read = _model_ops(graph, "", constants=False)
+  names = graph.node_names
+  nodes = {n.name: n for n in _vqvae_graph_def().node}
+  # Two numbered stacks, `block_` in `encoder/` and `decoder/`: the stage
+  # rules rank each template's numbers, so every op of encoder block i,
+  # forward and backward, sits at stage i / 9 and every op of decoder block
+  # j at j / 9. Adam's updates are numbered too (`adam/mul_7/...`); from 8
+  # blocks a stack on, the blocks hold more ops.
+  encoder = tuple(f"encoder/block_{i}" for i in range(10))
+  decoder = tuple(f"decoder/block_{j}" for j in range(10))
+  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
+              if found}
+  assert {s for s in numbered if "block_" in s} == set(encoder + decoder)
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  for stack in (encoder, decoder):
+    for i, block in enumerate(stack):
+      ops = [k for k, n in enumerate(names) if n.startswith(f"{block}/")
+             or n.startswith(f"gradient_tape/{block}/")]
+      assert len(ops) > 20, block
+      assert known[ops].all() and (stage[ops] == i / 9).all(), block
+  # Down: two 4x4 convolutions of stride 2 and ReLU, 12 -> 6 -> 3, to half
+  # the width, then the width; a 3x3 convolution.
+  (images,) = [n for n in read("encoder/down/first/conv/Conv2D")
+               if forward[n][1] == (2, 12, 12, 3)]
+  assert forward[images][0] == "ReadVariableOp"
+  stream = images
+  for step, side, width, channels in (("first", 6, 4, 3),
+                                      ("second", 3, 8, 4)):
+    conv = f"encoder/down/{step}/conv/Conv2D"
+    assert stream in read(conv), step
+    assert list(nodes[conv].attr["strides"].list.i) == [1, 2, 2, 1], step
+    (kernel,) = read(conv) - {stream}
+    assert forward[kernel][1] == (4, 4, channels, width), step
+    stream = f"encoder/down/{step}/relu"
+    assert read(stream) == {f"encoder/down/{step}/conv/BiasAdd"}
+    assert forward[stream] == ("Relu", (2, side, side, width))
+  assert stream in read("encoder/conv/Conv2D")
+  # Each residual block: ReLU, 3x3 convolution, ReLU, 1x1 convolution,
+  # added to the block's input; no normalization.
+  for start, stack in (("encoder/conv/BiasAdd", encoder),
+                       ("decoder/conv/BiasAdd", decoder)):
+    stream = start
+    for block in stack:
+      assert read(f"{block}/relu_in") == {stream}, block
+      assert f"{block}/relu_in" in read(f"{block}/conv/Conv2D")
+      assert read(f"{block}/relu_out") == {f"{block}/conv/BiasAdd"}
+      assert f"{block}/relu_out" in read(f"{block}/project/Conv2D")
+      assert read(f"{block}/residual") == {stream,
+                                           f"{block}/project/BiasAdd"}, block
+      assert forward[f"{block}/residual"] == ("AddV2", (2, 3, 3, 8))
+      stream = f"{block}/residual"
+    scope = start.split("/")[0]
+    assert read(f"{scope}/relu") == {stream}
+  for block in encoder + decoder:
+    kernels = {forward[k][1] for k in read(f"{block}/conv/Conv2D")
+               | read(f"{block}/project/Conv2D")
+               if forward[k][0] == "ReadVariableOp"}
+    assert kernels == {(3, 3, 8, 8), (1, 1, 8, 8)}, block
+  assert not any(t.startswith("FusedBatchNorm") for t in graph.op_types)
+  # A 1x1 convolution to the 5-wide vectors the quantizer reads.
+  assert "encoder/relu" in read("encoder/to_codes/Conv2D")
+  assert forward["encoder/to_codes/BiasAdd"][1] == (2, 3, 3, 5)
+  # Up: a 3x3 convolution from the codes, the blocks, then two 4x4
+  # transposed convolutions of stride 2, 3 -> 6 -> 12, ReLU between, to RGB.
+  assert "quantizer/straight_through" in read("decoder/conv/Conv2D")
+  up = sorted((n, s) for n, (t, s) in forward.items()
+              if t == "Conv2DBackpropInput" and not n.startswith("gradient"))
+  assert up == [("decoder/up/first/conv/conv2d_transpose", (2, 6, 6, 4)),
+                ("decoder/up/second/conv/conv2d_transpose", (2, 12, 12, 3))]
+  assert "decoder/relu" in read("decoder/up/first/conv/conv2d_transpose")
+  assert read("decoder/up/first/relu") == {"decoder/up/first/conv/BiasAdd"}
+  assert "decoder/up/first/relu" in read(
+      "decoder/up/second/conv/conv2d_transpose")
+  for step, kernel in (("first", (4, 4, 4, 8)), ("second", (4, 4, 3, 4))):
+    conv = f"decoder/up/{step}/conv/conv2d_transpose"
+    assert list(nodes[conv].attr["strides"].list.i) == [1, 2, 2, 1], step
+    assert kernel in {forward[k][1] for k in read(conv)}, step
+  with pytest.raises(ValueError, match="at least 1"):
+    store.build_graph(_tiny_vqvae(blocks=0), DEVICES)
+  with pytest.raises(ValueError, match="multiple of 4"):
+    store.build_graph(_tiny_vqvae(image_size=10), DEVICES)
+
+
+def test_vqvae_quantizer_replaces_each_vector_by_its_nearest_code():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _vqvae_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # The encoder's map as 18 vectors of 5; squared distances to the 7 codes,
+  # from one matrix product; the argmin over the codes.
+  z = "encoder/to_codes/BiasAdd"
+  assert read("quantizer/flat") == {z}
+  assert forward["quantizer/flat"] == ("Reshape", (18, 5))
+  assert forward["quantizer/distances"] == ("AddV2", (18, 7))
+  assert forward["quantizer/nearest"] == ("ArgMin", (18,))
+  assert read("quantizer/nearest") == {"quantizer/distances"}
+  assert _count(graph, "MatMul") == 1
+  (product,) = [n for n, (t, _) in forward.items() if t == "MatMul"]
+  assert forward[product][1] == (18, 7)
+  # The codebook: one variable [7, 5], read by the distances and gathered
+  # by the lookup at the argmin's indices, back to the encoder's map.
+  (table,) = _variables(graph, "quantizer/lookup")
+  assert forward["quantizer/lookup"] == ("ResourceGather", (18, 5))
+  assert read("quantizer/lookup") == {table, "quantizer/nearest"}
+  assert read("quantizer/quantized") == {"quantizer/lookup/Identity"}
+  assert forward["quantizer/quantized"][1] == (2, 3, 3, 5)
+  codebook_reads = [n for n, (t, _) in forward.items()
+                    if t == "ReadVariableOp" and table in read(n)]
+  assert codebook_reads and all(forward[n][1] == (7, 5)
+                                for n in codebook_reads)
+  # Run on vectors and codes of our own: the argmin is each vector's
+  # nearest code by Euclidean distance, for codes of different norms too.
+  rng = np.random.default_rng(0)
+  vectors = rng.normal(size=(18, 5)).astype(np.float32)
+  codes = (rng.normal(size=(7, 5))
+           * rng.uniform(0.2, 3.0, size=(7, 1))).astype(np.float32)
+  nearest = _run_vqvae("quantizer/nearest", {
+      "quantizer/flat": vectors, **{n: codes for n in codebook_reads}})
+  expected = ((vectors[:, None] - codes[None]) ** 2).sum(-1).argmin(1)
+  assert len(set(expected)) > 3
+  np.testing.assert_array_equal(nearest, expected)
+
+
+def _raw_gradient(graph, shape) -> str:
+  """The gradient of the one weight of `shape` as the tape gives it, before
+  the global norm's clipping scales it."""
+  forward, read = _model_ops(graph, "", constants=False)
+  (clipped,) = [n for n, (t, s) in forward.items()
+                if n.startswith("clip_by_global_norm/mul_") and s == shape]
+  (raw,) = [n for n in read(clipped) if forward[n][1] == shape]
+  return raw
+
+
+def test_vqvae_straight_through_and_stop_gradients_route_each_loss():
+  graph = _vqvae_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  z, q = "encoder/to_codes/BiasAdd", "quantizer/quantized"
+  # The decoder reads z + stop_gradient(q - z): the codes' values.
+  assert read("quantizer/straight_through") == {z, "quantizer/fixed_offset"}
+  assert forward["quantizer/fixed_offset"][0] == "StopGradient"
+  assert read("quantizer/fixed_offset") == {"quantizer/offset"}
+  assert read("quantizer/offset") == {q, z}
+  # The codebook loss |stop_gradient(z) - q|^2, the commitment loss
+  # |z - stop_gradient(q)|^2.
+  assert read("quantizer/codebook_error") == {q, "quantizer/fixed_z"}
+  assert read("quantizer/fixed_z") == {z}
+  assert read("quantizer/commitment_error") == {z, "quantizer/fixed_q"}
+  assert read("quantizer/fixed_q") == {q}
+  for name in ("fixed_z", "fixed_q", "fixed_offset"):
+    assert forward[f"quantizer/{name}"] == ("StopGradient", (2, 3, 3, 5))
+  # Backward, before clipping: the codebook's gradient is the codebook
+  # loss's only (no decoder gradient, no commitment); the encoder's is the
+  # decoder's gradient passed straight through plus the commitment loss's,
+  # not the codebook loss's.
+  codebook = _ancestors(graph, [_raw_gradient(graph, (7, 5))])
+  encoder = _ancestors(graph, [_raw_gradient(graph, (1, 1, 8, 5))])
+  decoder_gradient = "gradient_tape/decoder/conv/Conv2D/Conv2DBackpropInput"
+  assert decoder_gradient in forward
+  assert "quantizer/codebook_error" in codebook
+  assert "quantizer/commitment_error" not in codebook
+  assert not any(n.startswith(("decoder/", "gradient_tape/decoder/"))
+                 for n in codebook)
+  assert decoder_gradient in encoder, "no gradient passes straight through"
+  assert "quantizer/commitment_error" in encoder
+  assert "quantizer/codebook_error" not in encoder
+  # Nothing differentiates the search: no backward op reads the vectors
+  # the distances were computed from.
+  assert not [n for n in graph.node_names if n.startswith("gradient_tape/")
+              and "quantizer/flat" in read(n)]
+
+
+def test_vqvae_loss_is_reconstruction_plus_codebook_plus_quarter_commitment():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _vqvae_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # The target is the input image itself.
+  (target,) = read("loss/error") - {"decoder/up/second/conv/BiasAdd"}
+  (source,) = [n for n in read("encoder/down/first/conv/Conv2D")
+               if forward[n][1] == (2, 12, 12, 3)]
+  assert _variables(graph, target) == _variables(graph, source)
+  assert forward["loss/reconstruction"][0] == "Mean"
+  assert read("loss/total") == {"loss/reconstruction",
+                                "quantizer/codebook_loss", "loss/commitment"}
+  assert read("loss/commitment") == {"quantizer/commitment_loss"}
+  # Run on values of our own: with image x, reconstruction y, map z and
+  # codes q = the nearest codes, the forward values are q itself where the
+  # decoder reads, and the loss is mean (y - x)^2 + mean (z - q)^2 + 0.25
+  # mean (z - q)^2.
+  rng = np.random.default_rng(1)
+  image = rng.uniform(size=(2, 12, 12, 3)).astype(np.float32)
+  restored = rng.uniform(size=(2, 12, 12, 3)).astype(np.float32)
+  z = rng.normal(size=(2, 3, 3, 5)).astype(np.float32)
+  codes = rng.normal(size=(7, 5)).astype(np.float32)
+  (table,) = _variables(graph, "quantizer/lookup")
+  codebook_reads = {n: codes for n, (t, _) in forward.items()
+                    if t == "ReadVariableOp" and table in read(n)}
+  feeds = {"encoder/to_codes/BiasAdd": z, **codebook_reads}
+  nearest = _run_vqvae("quantizer/nearest", feeds)
+  feeds["quantizer/lookup"] = codes[nearest]
+  q = codes[nearest].reshape(z.shape)
+  np.testing.assert_allclose(
+      _run_vqvae("quantizer/straight_through", feeds), q, atol=1e-5)
+  feeds.update({target: image, "decoder/up/second/conv/BiasAdd": restored})
+  distance = np.mean((z - q) ** 2)
+  expected = np.mean((restored - image) ** 2) + distance + 0.25 * distance
+  for name, value in (("quantizer/codebook_loss", distance),
+                      ("quantizer/commitment_loss", distance),
+                      ("loss/total", expected)):
+    np.testing.assert_allclose(_run_vqvae(name, feeds), value, rtol=1e-5,
+                               err_msg=name)
+
+
+def test_vqvae_clipped_adam_update_touches_every_trainable_variable():
+  graph = _vqvae_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  norm = "global_norm/global_norm"
+  assert forward.get(norm) == ("Sqrt", ()), "no global norm to clip by"
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in _variables(graph, n):
+        updates.setdefault(v, []).append(n)
+  # Every variable the forward pass reads is updated once, but the images.
+  read_forward = {v for n, t in zip(names, types_)
+                  if t in ("ReadVariableOp", "ResourceGather")
+                  and not n.startswith(("gradient_tape/", "adam/"))
+                  for v in _variables(graph, n)}
+  (images,) = read_forward - set(updates)
+  assert {forward[n][1] for n in names if images in read(n)} == {
+      (2, 12, 12, 3)}
+  # 31 weights: a kernel and a bias for each convolution (2 downsampling,
+  # the encoder's first, 2 in each of its 2 blocks, the one to the codes,
+  # the decoder's first, 2 in each of its 2 blocks, 2 upsampling); the
+  # codebook.
+  assert set(updates) == read_forward - {images}
+  assert len(updates) == 2 * (2 + 1 + 4 + 1 + 1 + 4 + 2) + 1
+  # Each weight's one Adam step follows the loss's gradient, clipped by the
+  # global norm of all of them; the codebook's gathered rows are summed
+  # into its shape first, so the norm reads static shapes.
+  for v, steps in updates.items():
+    assert len(steps) == 1, v
+    upstream = _ancestors(graph, steps)
+    assert norm in upstream and "loss/error" in upstream, v
+    assert any(n.startswith("clip_by_global_norm/") for n in upstream), v
+  assert forward[_raw_gradient(graph, (7, 5))][0] == "UnsortedSegmentSum"
+  assert forward["global_norm/stack"][1] == (len(updates),)
+  assert _count(graph, "AssignVariableOp") == 2 * len(updates)
+  # Every shape is known but the codebook's gradient rows before the sum.
+  assert graph.metadata["unknown_shape_nodes"] == 1
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

@@ -156,6 +156,16 @@ def mambas(sizes):
           for layers, d_model, seq, batch in sizes]
 
 
+def vqvaes(sizes):
+  """(image size, residual width, residual blocks per stack, codebook size,
+  batch) per variant; 64-wide codes on a map a quarter of the image's
+  side, commitment weight 0.25."""
+  return [(f"vqvae_i{image}_w{hidden}_r{blocks}_k{codes}_b{batch}",
+           dict(image_size=image, hidden=hidden, blocks=blocks, codes=codes,
+                batch=batch))
+          for image, hidden, blocks, codes, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

@@ -16,14 +16,15 @@ PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
 pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
 DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
 language model, an EDSR super-resolution network, a convolutional
-sequence-to-sequence translation model, a Tacotron 2 text-to-speech model
-and a Mamba selective state-space language model written with tf_keras
-layers (`transformers`, `recurrent`, `vision_models`, `recommenders`,
-`speech`, `gan`, `detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`,
-`video`, `pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`,
-`mobilevit`, `deeplab`, `captioner`, `llama`, `edsr`, `convs2s`,
-`tacotron`, `mamba`), Keras 3 applications and layers (`keras3_models`),
-the zoo's models (`tf_gdp.zoo`, with knobs) and generated graphs
+sequence-to-sequence translation model, a Tacotron 2 text-to-speech
+model, a Mamba selective state-space language model and a VQ-VAE image
+autoencoder written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
+`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
+`conformer`, `hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`,
+`llama`, `edsr`, `convs2s`, `tacotron`, `mamba`, `vqvae`), Keras 3
+applications and layers (`keras3_models`), the zoo's models
+(`tf_gdp.zoo`, with knobs) and generated graphs
 (`tf_gdp.graph.generators`). The evaluation families' variant names and
 arguments come from `eval_variants`.
 """
@@ -43,13 +44,13 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA) = (
+ LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
-     "llama", "edsr", "convs2s", "tacotron", "mamba")
+     "llama", "edsr", "convs2s", "tacotron", "mamba", "vqvae")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,6 +406,20 @@ _FAMILIES = (
            "(corpus.mamba)",
            _variants("mamba", MAMBA,
                      eval_variants.mambas(sizes.MAMBA_SIZES))),
+    Family("vqvae", EVAL, "VQ-VAE image autoencoder: an encoder of two "
+           "stride-2 4x4 convolutions, a 3x3 convolution and residual "
+           "blocks (each its own numbered scope) of ReLU, a 3x3 "
+           "convolution, ReLU and a 1x1 convolution added to the block's "
+           "input; a vector-quantisation bottleneck (squared distances to "
+           "every code of a learned codebook, the argmin, a gather of the "
+           "nearest code, the straight-through estimator by stop_gradient); "
+           "a decoder of a 3x3 convolution, residual blocks and two "
+           "stride-2 4x4 transposed convolutions back to the image; the "
+           "reconstruction's mean squared error plus the codebook loss and "
+           "0.25 times the commitment loss, Adam on gradients clipped to "
+           "global norm 1 (corpus.vqvae)",
+           _variants("vqvae", VQVAE,
+                     eval_variants.vqvaes(sizes.VQVAE_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

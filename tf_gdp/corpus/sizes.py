@@ -80,3 +80,7 @@ TACOTRON_SIZES = ((40, 28, 16), (80, 88, 64), (120, 120, 224),
 # memory only.
 MAMBA_SIZES = ((6, 512, 256, 2), (12, 768, 512, 1), (16, 1024, 512, 1),
                (22, 1024, 256, 3))
+# VQ-VAE: (image size, residual width, residual blocks per stack, codebook
+# size, batch), by one-device peak memory only.
+VQVAE_SIZES = ((128, 128, 10, 512, 112), (128, 256, 16, 1024, 96),
+               (256, 128, 24, 2048, 68), (256, 256, 32, 4096, 45))

@@ -143,6 +143,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import transformers
   from tf_gdp.corpus import video
   from tf_gdp.corpus import vision_models
+  from tf_gdp.corpus import vqvae
   # pylint: enable=g-import-not-at-top
   args = dict(variant.args)
   if variant.kind == families.ZOO:
@@ -182,6 +183,7 @@ def _extract(variant: families.Variant):
       families.CONVS2S: lambda: convs2s.convs2s(**args),
       families.TACOTRON: lambda: tacotron.tacotron(**args),
       families.MAMBA: lambda: mamba.mamba(**args),
+      families.VQVAE: lambda: vqvae.vqvae(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
