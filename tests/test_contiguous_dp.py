@@ -113,3 +113,20 @@ def test_fewest_stages_cuts_only_as_often_as_memory_needs():
   np.testing.assert_array_equal(placement[10:20], forward[::-1])
   np.testing.assert_array_equal(placement[20:], forward)
   assert simulator.simulate(graph, placement, topo).valid
+
+
+def test_one_device_beyond_the_estimate_is_pushed_when_the_judge_finds_room():
+  # Ten layers' 1,000 MiB of variables: over the estimate's budget for a
+  # 1,050 MiB device (its headroom), yet the step fits there when simulated.
+  graph = _training_chain(10, memory=100 * MIB)
+  tight = _topo(2, memory=1050 * MIB)
+  staged = contiguous_dp.fewest_stages(graph, tight)
+  assert len(set(staged.tolist())) == 2
+  alone = contiguous_dp.one_stage_beyond_estimate(graph, tight)
+  np.testing.assert_array_equal(alone, np.zeros(graph.num_nodes))
+  assert simulator.simulate(graph, alone, tight).valid
+  # Where the estimate says the step fits, the fewest stages are this
+  # placement already and the push is absent.
+  roomy = _topo(2, memory=2000 * MIB)
+  assert len(set(contiguous_dp.fewest_stages(graph, roomy).tolist())) == 1
+  assert (contiguous_dp.one_stage_beyond_estimate(graph, roomy) == -1).all()

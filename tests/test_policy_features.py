@@ -1,11 +1,14 @@
 """Policy inputs: topological layout, padding, masks, constraints, specs."""
 
+from unittest import mock
+
 import numpy as np
 import pytest
 
 from tf_gdp import errors
 from tf_gdp.baselines import heft
 from tf_gdp.baselines import m_etf
+from tf_gdp.baselines import m_sct
 from tf_gdp.baselines import side_offload
 from tf_gdp.cost import topology
 from tf_gdp.graph import op_graph
@@ -216,8 +219,9 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   topology = _topo(("GPU", "GPU", "CPU"))
   inputs = features.policy_inputs(graph, topology)
   assert push_placements.PUSHES == ("metis_cut", "m_etf", "side_offload",
-                                    "contiguous_split", "heft")
-  by_node = np.zeros((7, 10), np.float32)
+                                    "contiguous_split", "heft", "m_sct",
+                                    "one_device")
+  by_node = np.zeros((7, 14), np.float32)
   by_node[inputs.order] = inputs.placement_features[:inputs.num_nodes]
   assert by_node[:6, 1].tolist() == [1.0] * 6 and by_node[6, 1] == 0.0
   first, second = by_node[:3, 0], by_node[3:6, 0]
@@ -241,9 +245,20 @@ def test_placement_pushes_cut_parallel_branches_and_follow_m_etf():
   # HEFT's schedule, as m-ETF's.
   np.testing.assert_array_equal(by_node[:, 9], np.ones(7))
   np.testing.assert_array_equal(by_node[:, 8], heft.place(graph, topology))
-  # One primary device: nothing to cut.
+  # m-SCT's schedule, as m-ETF's.
+  np.testing.assert_array_equal(by_node[:, 11], np.ones(7))
+  np.testing.assert_array_equal(by_node[:, 10], m_sct.place(graph, topology))
+  # One device: the memory estimate says the step fits the first GPU, so
+  # the fewest stages push that placement already and this one is absent.
+  assert not by_node[:, 12:14].any()
+  # Above its op limit m-SCT's LP is not run for a push.
+  with mock.patch.object(push_placements, "M_SCT_MAX_OPS", 6):
+    assert (push_placements.devices("m_sct", graph, topology) == -1).all()
+  # One primary device: nothing to cut, and m-SCT is m-ETF.
   alone = features.policy_inputs(graph, _topo(("GPU", "CPU")))
   assert not alone.placement_features[:, :2].any()
+  assert not alone.placement_features[:, 10:12].any()
+  assert alone.placement_features[:, 3].all()
 
 
 def test_a_placement_that_does_not_exist_pushes_no_op():

@@ -29,6 +29,7 @@ from tf_gdp import graph_specs
 from tf_gdp.baselines import contiguous_dp
 from tf_gdp.baselines import heft
 from tf_gdp.baselines import m_etf
+from tf_gdp.baselines import m_sct
 from tf_gdp.baselines import metis
 from tf_gdp.baselines import side_offload
 from tf_gdp.cost import simulator
@@ -492,17 +493,18 @@ def test_every_other_sample_gets_a_pipeline_push():
   placed = features.PLACEMENT_NOISE_COLUMN
   assert rules == 3 and shift == column + rules
   assert placed == shift + 1
-  assert features.NUM_PLACEMENT_PUSHES == len(exploration.PUSH_ROWS) == 5
-  assert features.EXPLORATION_SIZE == placed + 5
+  assert features.NUM_PLACEMENT_PUSHES == len(exploration.PUSH_ROWS) == 7
+  assert features.EXPLORATION_SIZE == placed + 7
   noise = exploration.exploration_noise(
       [1200, 3, features.EXPLORATION_SIZE], tf.constant([1, 2]), 10.0).numpy()
   pushes = noise[..., column:shift]
   assert (noise[0::2, :, column:placed] == 0).all()
-  # Rows 2, 4, 6, 8 and 10 of every 16 lean towards the cut, m-ETF's
-  # placement, the side-branch offload, the fewest contiguous stages and
-  # HEFT's placement instead, never shifted, and no other row does.
+  # Rows 2, 4, ..., 14 of every 16 lean towards the cut, m-ETF's
+  # placement, the side-branch offload, the fewest contiguous stages,
+  # HEFT's and m-SCT's placements and one device instead, never shifted,
+  # and no other row does.
   row = np.arange(1200)
-  for p, push_row in enumerate((2, 4, 6, 8, 10)):
+  for p, push_row in enumerate((2, 4, 6, 8, 10, 12, 14)):
     leans = row % 16 == push_row
     assert (noise[~leans, :, placed + p] == 0).all()
     assert (np.delete(noise[leans], placed + p, axis=-1) == 0).all()
@@ -518,6 +520,8 @@ def test_every_other_sample_gets_a_pipeline_push():
                          noise[row % 16 == 8, 0, placed + 3])
   assert not np.allclose(noise[row % 16 == 8, 0, placed + 3],
                          noise[row % 16 == 10, 0, placed + 4])
+  assert not np.allclose(noise[row % 16 == 12, 0, placed + 5],
+                         noise[row % 16 == 14, 0, placed + 6])
   # Pushed rows take the rules in turn (rows 1, 3, 5: rules 0, 1, 2), with
   # a gain of at least half the scale: 10 (0.5 + |N(0, 1)|).
   for rule in range(rules):
@@ -565,23 +569,28 @@ def test_zero_shot_pushed_samples_are_their_pushed_logits_argmax(
   monkeypatch.setattr(exploration, "stateless_categorical_sample",
                       lambda logits, seed: tf.zeros(tf.shape(logits)[:-1],
                                                     tf.int32))
-  shot = zero_shot.zeroshot(policy, task, samples=12, seed=0,
+  shot = zero_shot.zeroshot(policy, task, samples=16, seed=0,
                             entropy_floor=0.0)
   noise = exploration.exploration_noise(
-      [13, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
+      [17, 4, features.EXPLORATION_SIZE], tf.constant([0, 1]),
       exploration.PIPELINE_EXPLORATION).numpy()
   pushed = exploration.pushed_samples(noise[1:]).numpy()
-  # Rules 0, 1, 2, 0, 1, 2 in samples 1, 3, 5, 7, 9, 11; the cut in
-  # sample 2, m-ETF in 4, the side-branch offload in 6, the fewest stages
-  # in 8, HEFT in 10.
-  np.testing.assert_array_equal(pushed, [True] * 11 + [False])
+  # Rules 0, 1, 2, 0, 1, 2, ... in odd samples; the cut in sample 2, m-ETF
+  # in 4, the side-branch offload in 6, the fewest stages in 8, HEFT in 10,
+  # m-SCT in 12, one device in 14.
+  np.testing.assert_array_equal(pushed, [True] * 15 + [False])
   greedy_and_samples = shot.valid_step_times_us
   one_device = simulator.simulate(graph, np.zeros(len(names), np.int32),
                                   task.topology).step_time_us
-  assert greedy_and_samples[12] == pytest.approx(one_device)  # drawn: device 0
-  # The chain fits one GPU: the fewest stages is one.
+  assert greedy_and_samples[16] == pytest.approx(one_device)  # drawn: device 0
+  # The chain fits one GPU: the fewest stages is one, and the one-device
+  # push is absent (its sample is the uniform logits' argmax, device 0).
   assert len(set(contiguous_dp.fewest_stages(graph, task.topology))) == 1
   assert greedy_and_samples[8] == pytest.approx(one_device)
+  assert greedy_and_samples[14] == pytest.approx(one_device)
+  favourites = m_sct.place(graph, task.topology)
+  assert greedy_and_samples[12] == pytest.approx(
+      simulator.simulate(graph, favourites, task.topology).step_time_us)
   # A chain is all spine: the offload keeps it whole.
   offloaded = side_offload.place(graph, task.topology)
   assert len(set(offloaded.tolist())) == 1

@@ -29,8 +29,15 @@ def check_policy(policy: Optional[str] = None) -> str:
   that a batch fails once, before its first graph, not once per graph.
   """
   policy_path = policy or PRETRAINED_POLICY
-  _load(policy_path)  # config and weights present, readable
+  _CHECKED.clear()
+  _CHECKED[policy_path] = _load(policy_path)  # config and weights fit
   return policy_path
+
+
+# The policy `check_policy` loaded, handed to the next `place` with the
+# same path (once: fine-tuning trains the policy it is given, so every other
+# graph loads its own).
+_CHECKED = {}
 
 
 def _load(policy_path: str):
@@ -59,7 +66,7 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
   from tf_gdp.rl import zero_shot  # pylint: disable=g-import-not-at-top
   started = time.perf_counter()
   policy_path = policy or PRETRAINED_POLICY
-  loaded = _load(policy_path)
+  loaded = _CHECKED.pop(policy_path, None) or _load(policy_path)
   task = placement_task.PlacementTask(graph, topology, extracted=extracted,
                                       name=graph.name)
   shot = zero_shot.zeroshot(loaded, task, samples=samples, seed=seed)

@@ -88,14 +88,41 @@ def fewest_stages(graph: op_graph.OpGraph,
   """
   view = common.group_view(graph, topology)
   model = common.memory_model(view)
-  first = int(view.primary[0])
-  if model.need.sum() <= model.budget[first]:
+  if _one_stage_fits(view, model):
     # One stage fits: the DP's answer, without the layer order it needs.
-    return view.expand(np.where(view.allowed[:, first], first, view.fastest))
+    return _one_stage(view)
   plan = _plan(view, model, 1024)
   if not plan.splits:
     return _repaired(plan)
   return plan.view.expand(plan.group_devices(min(plan.splits)))
+
+
+def one_stage_beyond_estimate(graph: op_graph.OpGraph,
+                              topology: topology_lib.Topology) -> np.ndarray:
+  """The whole step on the first primary device, where the memory estimate
+  says it does not fit; int64[n] of -1 where the estimate says it fits.
+
+  The estimate is cautious (a headroom, an activation fraction calibrated
+  on the one-device step), and a step it puts over one device's budget may
+  still fit by the simulator, which judges every placement exactly: a
+  memory-tight step's fastest placement is then often that one device.
+  Where the estimate says the step fits, `fewest_stages` returns this
+  placement already.
+  """
+  view = common.group_view(graph, topology)
+  if _one_stage_fits(view, common.memory_model(view)):
+    return np.full(graph.num_nodes, -1, np.int64)
+  return _one_stage(view)
+
+
+def _one_stage_fits(view: common.GroupView, model: common.MemoryModel) -> bool:
+  return bool(model.need.sum() <= model.budget[int(view.primary[0])])
+
+
+def _one_stage(view: common.GroupView) -> np.ndarray:
+  """Every group on the first primary device, else its fastest allowed."""
+  first = int(view.primary[0])
+  return view.expand(np.where(view.allowed[:, first], first, view.fastest))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,8 @@ Two mechanisms keep a policy's samples from repeating one placement:
   gain, towards sending each stage of the graph's main stack of numbered
   blocks to its own device, and one in 16 each towards a balanced cut of
   the graph (one part per device), m-ETF's schedule, the side-branch
-  offload, the fewest contiguous stages that fit memory and HEFT's schedule
+  offload, the fewest contiguous stages that fit memory, HEFT's and m-SCT's
+  schedules and one GPU that the memory estimate doubts
   (`policy.network` module doc): whole-layer or whole-branch moves
   that sampling group by group almost never finds.
 * The entropy floor (`entropy_floor_scale`, `apply_entropy_floor`): a policy
@@ -51,10 +52,10 @@ REFLOOR_AFTER = 20
 ENTROPY_FLOOR = 0.25
 # The sample of each PUSH_PERIOD rows that leans towards each placement
 # push (`policy.push_placements.PUSHES`) instead of the policy's own draw
-# (`policy.network` module doc): rows 2, 4, 6, 8 and 10, the second to
-# sixth unpushed samples.
+# (`policy.network` module doc): rows 2 to 14, every unpushed sample but
+# the first.
 PUSH_PERIOD = 16
-PUSH_ROWS = (2, 4, 6, 8, 10)
+PUSH_ROWS = (2, 4, 6, 8, 10, 12, 14)
 # Zero-shot's pushed samples without a shift weigh their push this many times
 # over the policy's logits, which then only settle what the push leaves
 # open: a policy sure of itself on a topology it never trained on (v3 on
