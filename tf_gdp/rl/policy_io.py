@@ -120,9 +120,9 @@ def load_policy(path: str) -> tf.keras.Model:
 
 
 def _create_variables(policy: tf.keras.Model) -> None:
-  """One call on a four-op graph: the variables' shapes need no real graph,
-  and the real first call is then no slower. One GPU: the fewest pushes to
-  compute (no cut, no LP)."""
+  """Creates the network's variables by one call on a four-op graph (their
+  shapes do not depend on the graph); one GPU, so that the placement pushes
+  to compute are the fewest (no cut, no LP)."""
   from tf_gdp.cost import topology as topology_lib  # pylint: disable=g-import-not-at-top
   from tf_gdp.graph import generators  # pylint: disable=g-import-not-at-top
   from tf_gdp.policy import features  # pylint: disable=g-import-not-at-top
