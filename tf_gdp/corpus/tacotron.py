@@ -123,7 +123,7 @@ def tacotron(*, text_len: int, frames: int, batch: int, vocab: int = 148,
               decoder_lstm, to_frame, to_stop]
     layers += [l for pair in encoder + postnet for l in pair]
     variables = [v for l in layers for v in l.trainable_variables]
-    optimizer = _ClippedAdam(variables, learning_rate, clip_norm)
+    optimizer = training_steps.ClippedAdam(variables, learning_rate, clip_norm)
 
   rng = tf.random.Generator.from_seed(seed)
   text = tf.Variable(rng.uniform([batch, text_len], 0, vocab, tf.int32),
@@ -212,19 +212,3 @@ def tacotron(*, text_len: int, frames: int, batch: int, vocab: int = 148,
 
   return training_steps.supervised_step(tf, forward, variables, loss,
                                         optimizer)
-
-
-class _ClippedAdam(training_steps.Optimizer):
-  """Adam on gradients rescaled together when their global norm exceeds a
-  bound. The character table's gathered rows are summed dense first, so the
-  norm and the clipped gradients have static shapes."""
-
-  def __init__(self, variables, learning_rate, clip_norm):
-    super().__init__(variables, "adam", learning_rate)
-    self.clip_norm = clip_norm
-
-  def apply(self, grads) -> None:
-    tf = self._tf
-    grads, _ = tf.clip_by_global_norm(self.dense(grads), self.clip_norm)
-    with tf.name_scope("adam"):
-      super().apply(grads)

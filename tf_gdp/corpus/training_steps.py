@@ -91,6 +91,22 @@ class Optimizer:
         variable.assign_sub(rate * m / (tf.sqrt(v) + 1e-7))
 
 
+class ClippedAdam(Optimizer):
+  """Adam on gradients rescaled together when their global norm exceeds a
+  bound. Gathered rows (embedding or codebook lookups) are summed dense
+  first, so the norm and the clipped gradients have static shapes."""
+
+  def __init__(self, variables, learning_rate, clip_norm):
+    super().__init__(variables, "adam", learning_rate)
+    self.clip_norm = clip_norm
+
+  def apply(self, grads) -> None:
+    tf = self._tf
+    grads, _ = tf.clip_by_global_norm(self.dense(grads), self.clip_norm)
+    with tf.name_scope("adam"):
+      super().apply(grads)
+
+
 def supervised_step(tf, model_fn, variables, loss_fn, optimizer: Optimizer):
   """The step: loss of `model_fn()`, gradients, the optimizer's update."""
 

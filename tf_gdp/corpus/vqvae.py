@@ -111,7 +111,7 @@ def vqvae(*, image_size: int, hidden: int, blocks: int, codes: int,
              + [c for pair in decoder_blocks for c in pair] + up)
     variables = ([v for c in convs for v in c.trainable_variables]
                  + codebook.trainable_variables)
-    optimizer = _ClippedAdam(variables, learning_rate, clip_norm)
+    optimizer = training_steps.ClippedAdam(variables, learning_rate, clip_norm)
 
   rng = tf.random.Generator.from_seed(seed)
   images = tf.Variable(rng.uniform([batch, image_size, image_size, 3]),
@@ -184,19 +184,3 @@ def vqvae(*, image_size: int, hidden: int, blocks: int, codes: int,
 
   return training_steps.supervised_step(tf, forward, variables, loss,
                                         optimizer)
-
-
-class _ClippedAdam(training_steps.Optimizer):
-  """Adam on gradients rescaled together when their global norm exceeds a
-  bound. The codebook's gradient, gathered rows, is summed dense first, so
-  the norm sees static shapes."""
-
-  def __init__(self, variables, learning_rate, clip_norm):
-    super().__init__(variables, "adam", learning_rate)
-    self.clip_norm = clip_norm
-
-  def apply(self, grads) -> None:
-    tf = self._tf
-    grads, _ = tf.clip_by_global_norm(self.dense(grads), self.clip_norm)
-    with tf.name_scope("adam"):
-      super().apply(grads)
