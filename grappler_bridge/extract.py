@@ -101,8 +101,10 @@ def from_concrete_function(concrete) -> ExtractedGraph:
   """Flattens a ConcreteFunction; fetches are its outputs and control outputs."""
   graph = concrete.graph
   output_names = [t.name for t in concrete.outputs]
+  # Outputs in their order; control outputs (TF keeps them in a set) by
+  # name, so that tracing the same function twice records the same graph.
   fetches = _unique([name.split(":")[0] for name in output_names] +
-                    [op.name for op in graph.control_outputs])
+                    sorted(op.name for op in graph.control_outputs))
   if not fetches:
     raise errors.InputError("the function has no outputs and no side effects: "
                             "there is nothing to place")

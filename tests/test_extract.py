@@ -103,6 +103,22 @@ def test_variable_updates_are_fetches():
   assert len(extracted.capture_names) == 1
 
 
+def test_side_effect_fetches_follow_their_names():
+  # TF keeps a function's control outputs in a set; the fetch list must not
+  # inherit its order, or two traces of one step record two graphs.
+  variables = [tf.Variable(1.0, name=f"v{i}") for i in range(24)]
+
+  def step(x):
+    for variable in reversed(variables):
+      variable.assign_add(x)
+    return x * 2.0
+
+  extracted = extract.from_function(step, tf.ones([]))
+  side_effects = extracted.fetches[1:]
+  assert len(side_effects) == 24
+  assert side_effects == sorted(side_effects)
+
+
 def test_concrete_function_and_plain_python_function():
   concrete = tf.function(lambda x: tf.square(x)).get_concrete_function(
       tf.TensorSpec([2], tf.float32))

@@ -165,13 +165,9 @@ def llama(*, layers: int, hidden: int, heads: int, kv_heads: int, seq: int,
         x = tf.add(x, y, name="mlp_residual")
     return head(final_norm(x))
 
-  def loss(logits):
-    targets = tf.reshape(tokens[:, 1:], [batch * seq])
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits))
-
-  return training_steps.supervised_step(tf, forward, variables, loss,
-                                        optimizer)
+  return training_steps.supervised_step(
+      tf, forward, variables, training_steps.next_token_loss(tf, tokens),
+      optimizer)
 
 
 class _AdamW(training_steps.Optimizer):

@@ -159,13 +159,9 @@ def mamba(*, layers: int, d_model: int, seq: int, batch: int,
     # Tied: the logits read the embedding table itself.
     return tf.matmul(x, embed.embeddings, transpose_b=True, name="logits")
 
-  def loss(logits):
-    targets = tf.reshape(tokens[:, 1:], [batch * seq])
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits))
-
-  return training_steps.supervised_step(tf, forward, variables, loss,
-                                        optimizer)
+  return training_steps.supervised_step(
+      tf, forward, variables, training_steps.next_token_loss(tf, tokens),
+      optimizer)
 
 
 class _ClippedAdamW(training_steps.Optimizer):

@@ -131,6 +131,20 @@ def adam_softmax_step(tf, model_fn, variables, labels, learning_rate: float):
                          Optimizer(variables, "adam", learning_rate))
 
 
+def next_token_loss(tf, tokens):
+  """The loss of a language model's logits [batch x seq, vocabulary] that
+  read `tokens` [batch, seq + 1] up to the last one: mean cross-entropy
+  against each position's next token."""
+  count = int(tokens.shape[0]) * (int(tokens.shape[1]) - 1)
+
+  def loss(logits):
+    targets = tf.reshape(tokens[:, 1:], [count])
+    return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits))
+
+  return loss
+
+
 def adam_classifier_step(tf, model, inputs, labels, learning_rate: float):
   """`adam_softmax_step` of a tf_keras `model` on `inputs`."""
   return adam_softmax_step(tf, lambda: model(inputs, training=True),
