@@ -2411,6 +2411,267 @@ def test_vqvae_clipped_adam_update_touches_every_trainable_variable():
   assert graph.metadata["unknown_shape_nodes"] == 1
 
 
+def _tiny_pixelcnn(**changes):
+  # Sizes differ (side 7, 3 channels, 4 maps per stack and so 8 before each
+  # gate, a head of 6, 5 classes), so each shape names its tensor; masks of
+  # 5 in the first layer, 3 after.
+  args = dict(image_size=7, channels=3, filters=4, layers=3, batch=2,
+              classes=5, first_kernel=5, kernel=3, head=6)
+  return _variant("tiny_pixelcnn", families.PIXELCNN, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _pixelcnn_graph():
+  """The tiny Gated PixelCNN step, built once for the tests that only read
+  it."""
+  return store.build_graph(_tiny_pixelcnn(), DEVICES)
+
+
+@functools.lru_cache(maxsize=1)
+def _pixelcnn_graph_def():
+  """The tiny Gated PixelCNN step's GraphDef, for the tests that run parts
+  of it."""
+  return store._extract(_tiny_pixelcnn()).meta_graph.graph_def  # pylint: disable=protected-access
+
+
+def _run_pixelcnn(fetch: str, feeds: dict):
+  """The value of the op `fetch` of the tiny step, the ops named in `feeds`
+  (name -> array) replaced by those values, so none upstream of them runs."""
+  tf, _ = training_steps.libraries()
+  graph_def = _pixelcnn_graph_def()  # built outside the graph below
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.graph_util.import_graph_def(graph_def, name="")
+  with tf.compat.v1.Session(graph=graph) as session:
+    return session.run(f"{fetch}:0",
+                       {f"{name}:0": value for name, value in feeds.items()})
+
+
+_PIXELCNN_LAYERS = ("layer_0", "layer_1", "layer_2")
+_STACKS = ("vertical", "horizontal")
+
+
+def test_pixelcnn_layers_are_numbered_stages_of_two_linked_stacks():
+  graph = _pixelcnn_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names = graph.node_names
+  # One numbered stack of layers: every op of layer i, forward and backward,
+  # sits at stage i / 2.
+  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
+              if found}
+  assert {s for s in numbered if "layer_" in s} == set(_PIXELCNN_LAYERS)
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  for i, layer in enumerate(_PIXELCNN_LAYERS):
+    ops = [k for k, n in enumerate(names) if n.startswith(f"{layer}/")
+           or n.startswith(f"gradient_tape/{layer}/")]
+    assert len(ops) > 50, layer
+    assert known[ops].all() and (stage[ops] == i / 2).all(), layer
+  # Both stacks start from the scaled image; the vertical one reads only
+  # itself, the horizontal one itself and the 1x1 link from the vertical
+  # one's pre-activations; a residual on the horizontal stack after the
+  # first layer.
+  vertical = horizontal = "inputs/scaled"
+  for i, layer in enumerate(_PIXELCNN_LAYERS):
+    for stack, stream in (("vertical", vertical), ("horizontal", horizontal)):
+      conv = f"{layer}/{stack}/conv/MaskedConv2D"
+      assert read(conv) == {stream, f"{layer}/{stack}/conv/masked_kernel"}
+      assert forward[conv] == ("Conv2D", (2, 7, 7, 8)), conv
+    link = f"{layer}/link/Conv2D"
+    (kernel,) = read(link) - {f"{layer}/vertical/conv/BiasAdd"}
+    assert forward[kernel] == ("ReadVariableOp", (1, 1, 8, 8)), layer
+    assert read(f"{layer}/horizontal/linked") == {
+        f"{layer}/horizontal/conv/BiasAdd", f"{layer}/link/BiasAdd"}
+    out = f"{layer}/horizontal/out/BiasAdd"
+    assert forward[out][1] == (2, 7, 7, 4)
+    if i == 0:
+      assert f"{layer}/horizontal/residual" not in forward
+      horizontal = out
+    else:
+      assert read(f"{layer}/horizontal/residual") == {horizontal, out}
+      horizontal = f"{layer}/horizontal/residual"
+    vertical = f"{layer}/vertical/gate/gated"
+  # The last layer's vertical gate would feed nothing.
+  assert vertical not in forward
+  assert read("output/relu_in") == {horizontal}
+  # Nothing flows from the horizontal stack into the vertical one.
+  upstream = _ancestors(graph, ["layer_2/vertical/conv/BiasAdd"])
+  assert not [n for n in upstream if "/horizontal/" in n]
+  assert "layer_1/horizontal/linked" in _ancestors(graph, [horizontal])
+  with pytest.raises(ValueError, match="at least 1"):
+    store.build_graph(_tiny_pixelcnn(layers=0), DEVICES)
+  with pytest.raises(ValueError, match="odd"):
+    store.build_graph(_tiny_pixelcnn(kernel=4), DEVICES)
+
+
+def test_pixelcnn_masks_are_type_a_in_the_first_layer_and_b_after():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  tf, _ = training_steps.libraries()
+  graph = _pixelcnn_graph()
+  forward, read = _model_ops(graph, "")
+  nodes = {n.name: n for n in _pixelcnn_graph_def().node}
+  # Vertical: the rows above the centre (A), the centre row too (B);
+  # horizontal: the taps left of the centre (A), the centre too (B).
+  first = {"vertical": np.array([[1] * 5] * 2 + [[0] * 5] * 3),
+           "horizontal": np.array([[1, 1, 0, 0, 0]])}
+  later = {"vertical": np.array([[1] * 3] * 2 + [[0] * 3]),
+           "horizontal": np.array([[1, 1, 0]])}
+  rng = np.random.default_rng(0)
+  for i, layer in enumerate(_PIXELCNN_LAYERS):
+    for stack in _STACKS:
+      expected = (first if i == 0 else later)[stack]
+      masked = f"{layer}/{stack}/conv/masked_kernel"
+      (mask,) = [n for n in read(masked) if forward[n][0] == "Const"]
+      (kernel,) = read(masked) - {mask}
+      value = tf.make_ndarray(nodes[mask].attr["value"].tensor)
+      np.testing.assert_array_equal(value[:, :, 0, 0], expected,
+                                    err_msg=masked)
+      assert forward[kernel][1][:2] == expected.shape
+      # The masked taps get no gradient: the tape's filter gradient is
+      # multiplied by the same mask on its way to the kernel.
+      (gradient,) = [n for n, (t, _) in forward.items()
+                     if t == "Mul" and n.startswith(
+                         f"gradient_tape/{layer}/{stack}/conv/")]
+      (backprop,) = read(gradient) - {mask}
+      assert forward[backprop][0] == "Conv2DBackpropFilter"
+      shape = forward[backprop][1]
+      upstream = rng.normal(size=shape).astype(np.float32) + 3.0
+      got = _run_pixelcnn(gradient, {backprop: upstream})
+      np.testing.assert_array_equal(got == 0,
+                                    np.broadcast_to(value == 0, shape))
+
+
+def test_pixelcnn_each_pixels_logits_read_only_the_pixels_before_it():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _pixelcnn_graph()
+  forward, _ = _model_ops(graph, "", constants=False)
+  # Random values for every weight and label the forward pass reads.
+  rng = np.random.default_rng(2)
+  feeds = {n: rng.normal(size=shape).astype(np.float32)
+           for n, (t, shape) in forward.items()
+           if t == "ReadVariableOp" and n.startswith(("layer_", "output/"))}
+  feeds["inputs/classes/ReadVariableOp"] = np.array([1, 4], np.int32)
+  image = rng.integers(0, 256, size=(2, 7, 7, 3)).astype(np.int32)
+  changed = image.copy()
+  changed[:, 3, 3] = 255 - image[:, 3, 3]
+  logits = [_run_pixelcnn("output/per_channel",
+                          {**feeds, "inputs/Cast/ReadVariableOp": x})
+            for x in (image, changed)]
+  moved = np.abs(logits[0] - logits[1]).max(axis=(0, 3, 4))
+  scale = np.abs(logits[0]).max()
+  # Changing pixel (3, 3) moves no logits of it or before it in raster
+  # order; it moves those right of it, and below it on both sides, which
+  # the vertical stack's rows above reach (no blind spot).
+  for row in range(7):
+    for col in range(7):
+      if (row, col) <= (3, 3):
+        assert moved[row, col] <= 1e-5 * scale, (row, col)
+  for row, col in ((3, 4), (3, 5), (4, 0), (4, 2), (4, 3), (4, 5), (6, 6)):
+    assert moved[row, col] > 1e-3 * scale, (row, col)
+
+
+def test_pixelcnn_gated_activations_with_a_class_embedding_in_each_gate():
+  graph = _pixelcnn_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  gates = [(layer, stack) for layer in _PIXELCNN_LAYERS for stack in _STACKS
+           if (layer, stack) != ("layer_2", "vertical")]
+  assert _count(graph, "Tanh") == _count(graph, "Sigmoid") == len(gates) == 5
+  assert forward["inputs/classes"] == ("OneHot", (2, 5))
+  for layer, stack in gates:
+    scope = f"{layer}/{stack}"
+    # The 8 pre-activation maps plus the class embedding, split in two:
+    # tanh of the first 4 times sigmoid of the other 4.
+    assert forward[f"{scope}/gate/halves"] == ("Split", (2, 7, 7, 4))
+    assert read(f"{scope}/gate/halves") == {f"{scope}/conditioned"}
+    assert _data_inputs(graph, f"{scope}/gate/tanh") == [
+        (f"{scope}/gate/halves", 0)]
+    assert _data_inputs(graph, f"{scope}/gate/sigmoid") == [
+        (f"{scope}/gate/halves", 1)]
+    assert forward[f"{scope}/gate/gated"] == ("Mul", (2, 7, 7, 4))
+    assert read(f"{scope}/gate/gated") == {f"{scope}/gate/tanh",
+                                           f"{scope}/gate/sigmoid"}
+    pre = (f"{scope}/conv/BiasAdd" if stack == "vertical"
+           else f"{scope}/linked")
+    assert read(f"{scope}/conditioned") == {pre, f"{scope}/class_map"}
+    assert forward[f"{scope}/class_map"] == ("Reshape", (2, 1, 1, 8))
+    assert read(f"{scope}/class_map") == {f"{scope}/class_bias/MatMul"}
+    (table,) = read(f"{scope}/class_bias/MatMul") - {"inputs/classes"}
+    assert forward[table] == ("ReadVariableOp", (5, 8)), scope
+  assert not [n for n in forward if n.startswith("layer_2/vertical/class")]
+  # Unconditional: the same gates without the embedding.
+  plain = store.build_graph(_tiny_pixelcnn(classes=0), DEVICES)
+  forward, read = _model_ops(plain, "", constants=False)
+  assert _count(plain, "Tanh") == _count(plain, "Sigmoid") == 5
+  assert not {"OneHot", "MatMul"} & set(plain.op_types)
+  assert read("layer_1/horizontal/gate/halves") == {
+      "layer_1/horizontal/linked"}
+
+
+def test_pixelcnn_loss_is_a_256_way_cross_entropy_against_the_input_pixels():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _pixelcnn_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # ReLU, a 1x1 convolution to the head's 6, ReLU, a 1x1 convolution to
+  # 3 x 256 logits per pixel, one softmax of 256 per pixel and channel.
+  assert forward["output/hidden/BiasAdd"][1] == (2, 7, 7, 6)
+  assert forward["output/logits/BiasAdd"][1] == (2, 7, 7, 768)
+  assert forward["output/per_channel"] == ("Reshape", (2, 7, 7, 3, 256))
+  (xent,) = [n for n, (t, _) in forward.items()
+             if t == "SparseSoftmaxCrossEntropyWithLogits"]
+  assert forward[xent][1] == (2 * 7 * 7 * 3,)
+  (logits, _), (labels, _) = _data_inputs(graph, xent)
+  assert forward[logits] == ("Reshape", (294, 256))
+  assert "output/per_channel" in read(logits)
+  # The targets are the input image's own integer values.
+  (pixels,) = read(labels)
+  assert forward[pixels] == ("ReadVariableOp", (2, 7, 7, 3))
+  assert _variables(graph, pixels) == _variables(
+      graph, "inputs/Cast/ReadVariableOp")
+  assert forward["loss/mean"][0] == "Mean"
+  # Run on values of our own: the mean over every sub-pixel of minus the
+  # log-softmax at its value.
+  rng = np.random.default_rng(3)
+  values = rng.normal(size=(2, 7, 7, 3, 256)).astype(np.float32) * 3
+  image = rng.integers(0, 256, size=(2, 7, 7, 3)).astype(np.int32)
+  shifted = values - values.max(-1, keepdims=True)
+  log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+  expected = -np.take_along_axis(log_softmax, image[..., None], -1).mean()
+  got = _run_pixelcnn("loss/mean", {"output/per_channel": values,
+                                    pixels: image})
+  np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_pixelcnn_adam_updates_every_trainable_variable():
+  graph = _pixelcnn_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in _variables(graph, n):
+        updates.setdefault(v, []).append(n)
+  read_forward = {v for n, t in zip(names, types_) if t == "ReadVariableOp"
+                  and n.startswith(("inputs/", "layer_", "output/", "loss/"))
+                  for v in _variables(graph, n)}
+  # Every variable the forward pass reads is updated once, but the images
+  # and the labels.
+  fixed = read_forward - set(updates)
+  assert sorted(forward[n][1] for n in names
+                if forward.get(n, ("",))[0] == "ReadVariableOp"
+                and read(n) & fixed) == [(2,), (2, 7, 7, 3), (2, 7, 7, 3)]
+  assert set(updates) == read_forward - fixed
+  # 33 weights: a kernel and a bias for each convolution (per layer the two
+  # masked ones, the link and the horizontal stack's 1x1; two in the head),
+  # a class embedding in each of the 5 gates.
+  assert len(updates) == 2 * (4 * 3 + 2) + 5
+  for v, steps in updates.items():
+    assert len(steps) == 1, v
+    upstream = _ancestors(graph, steps)
+    assert "loss/cross_entropy/cross_entropy" in upstream, v
+  assert _count(graph, "AssignVariableOp") == 2 * len(updates)
+  assert graph.metadata["unknown_shape_nodes"] == 0
+
+
 def _ancestors(graph, starts) -> set:
   """Names of every op upstream of the ops named `starts`."""
   inputs = [[] for _ in graph.node_names]

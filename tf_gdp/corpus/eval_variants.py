@@ -166,6 +166,16 @@ def vqvaes(sizes):
           for image, hidden, blocks, codes, batch in sizes]
 
 
+def pixelcnns(sizes):
+  """(image size, channels, maps per stack, layers, batch) per variant; a
+  7x7 first mask, 3x3 after, 256 intensities, conditioned on 10
+  classes."""
+  return [(f"pixelcnn_i{image}_c{channels}_f{filters}_l{layers}_b{batch}",
+           dict(image_size=image, channels=channels, filters=filters,
+                layers=layers, batch=batch))
+          for image, channels, filters, layers, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

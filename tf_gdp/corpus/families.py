@@ -17,12 +17,13 @@ pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
 DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
 language model, an EDSR super-resolution network, a convolutional
 sequence-to-sequence translation model, a Tacotron 2 text-to-speech
-model, a Mamba selective state-space language model and a VQ-VAE image
-autoencoder written with tf_keras layers (`transformers`, `recurrent`,
-`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`,
-`gnn`, `dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`,
-`conformer`, `hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`,
-`llama`, `edsr`, `convs2s`, `tacotron`, `mamba`, `vqvae`), Keras 3
+model, a Mamba selective state-space language model, a VQ-VAE image
+autoencoder and a Gated PixelCNN autoregressive image model written with
+tf_keras layers (`transformers`, `recurrent`, `vision_models`,
+`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
+`dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`, `conformer`,
+`hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`, `llama`,
+`edsr`, `convs2s`, `tacotron`, `mamba`, `vqvae`, `pixelcnn`), Keras 3
 applications and layers (`keras3_models`), the zoo's models
 (`tf_gdp.zoo`, with knobs) and generated graphs
 (`tf_gdp.graph.generators`). The evaluation families' variant names and
@@ -44,13 +45,13 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE) = (
+ LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE, PIXELCNN) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
-     "llama", "edsr", "convs2s", "tacotron", "mamba", "vqvae")
+     "llama", "edsr", "convs2s", "tacotron", "mamba", "vqvae", "pixelcnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,6 +421,21 @@ _FAMILIES = (
            "global norm 1 (corpus.vqvae)",
            _variants("vqvae", VQVAE,
                      eval_variants.vqvaes(sizes.VQVAE_SIZES))),
+    Family("pixelcnn", EVAL, "Gated PixelCNN autoregressive image model: "
+           "layers (each its own numbered scope) of a vertical stack, a "
+           "k x k convolution masked to the rows above, and a horizontal "
+           "stack, a 1 x k convolution masked to the pixels to the left "
+           "(mask type A in the first layer, without the centre; type B "
+           "after), a 1x1 convolution linking the vertical stack's "
+           "pre-activations into the horizontal stack's, gated activations "
+           "tanh(a) * sigmoid(b) of the two halves of each stack's maps "
+           "with a class embedding added inside every gate, a 1x1 "
+           "convolution and a residual connection on the horizontal stack; "
+           "ReLU and 1x1 convolutions to 256 logits per pixel and channel, "
+           "softmax cross-entropy against the input image's integer values, "
+           "Adam (corpus.pixelcnn)",
+           _variants("pixelcnn", PIXELCNN,
+                     eval_variants.pixelcnns(sizes.PIXELCNN_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -84,3 +84,7 @@ MAMBA_SIZES = ((6, 512, 256, 2), (12, 768, 512, 1), (16, 1024, 512, 1),
 # size, batch), by one-device peak memory only.
 VQVAE_SIZES = ((128, 128, 10, 512, 112), (128, 256, 16, 1024, 96),
                (256, 128, 24, 2048, 68), (256, 256, 32, 4096, 45))
+# Gated PixelCNN: (image size, channels, maps per stack, layers, batch), by
+# one-device peak memory only.
+PIXELCNN_SIZES = ((32, 3, 128, 8, 72), (32, 3, 192, 15, 72),
+                  (64, 3, 128, 24, 32), (64, 3, 192, 29, 32))

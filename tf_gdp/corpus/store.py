@@ -133,6 +133,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import mobilevit
   from tf_gdp.corpus import moe
   from tf_gdp.corpus import perceiver
+  from tf_gdp.corpus import pixelcnn
   from tf_gdp.corpus import pointnet
   from tf_gdp.corpus import recommenders
   from tf_gdp.corpus import recurrent
@@ -184,6 +185,7 @@ def _extract(variant: families.Variant):
       families.TACOTRON: lambda: tacotron.tacotron(**args),
       families.MAMBA: lambda: mamba.mamba(**args),
       families.VQVAE: lambda: vqvae.vqvae(**args),
+      families.PIXELCNN: lambda: pixelcnn.pixelcnn(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
