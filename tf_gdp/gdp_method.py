@@ -2,9 +2,10 @@
 
 Zero-shot is one forward pass of the policy: the greedy placement plus a
 handful of samples, each repaired to fit memory, judged by the simulator.
-With a budget the policy is then fine-tuned on this graph (PPO on the
-executed, repaired placements), the better of the two is kept, and the
-last share of the budget polishes it with local moves (`rl.polish`).
+With a budget the policy is then fitted to the zero-shot placement
+(`rl.anchor`) and fine-tuned on this graph (PPO on the executed, repaired
+placements), the better of the two is kept, and the last share of the
+budget polishes it with local moves (`rl.polish`).
 """
 
 import math
@@ -107,7 +108,8 @@ def place(graph, topology, *, budget_seconds=0.0, budget_evaluations=None,
             seconds=polish.ppo_share(budget_seconds or None, share),
             evaluations=polish.ppo_share(budget_evaluations or None, share),
             patience=polish.patience(None) if share else None),
-        config=config, log=log or (lambda line: None))
+        config=config, log=log or (lambda line: None),
+        anchor=((shot.placement, shot.step_time_us) if shot.valid else None))
     best = tuned.best[task.name]
     evaluations += tuned.evaluations
     details.update(mode="fine-tune", finetune_iterations=tuned.iterations,

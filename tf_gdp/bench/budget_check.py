@@ -154,12 +154,14 @@ def gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
             seed: int, reference_evaluations: int, best_us: float,
             log=lambda line: None, method: str = "gdp",
             polish_share: Optional[float] = None,
-            ppo_patience: Optional[int] = None) -> dict:
+            ppo_patience: Optional[int] = None,
+            anchor_epochs: Optional[int] = None) -> dict:
   """Zero-shot (`shot`, reused at every budget) + fine-tuning within N.
 
   A budget that leaves no whole fine-tuning iteration gives the zero-shot
-  placement alone (no reference is charged then). `polish_share` and
-  `ppo_patience`: as `gdp_search.run` (None: `rl.polish`'s).
+  placement alone (no reference is charged then). `polish_share`,
+  `ppo_patience` and `anchor_epochs`: as `gdp_search.run` (None: the
+  defaults).
   """
   from tf_gdp.bench import gdp_search  # pylint: disable=g-import-not-at-top
   left = budget - shot.evaluations - reference_evaluations
@@ -168,7 +170,8 @@ def gdp_row(loaded, task, shot, budget: int, *, policy: str, samples: int,
       policy, task, samples=samples, seed=seed,
       finetune_evaluations=max(left, 0),
       reference_evaluations=reference_evaluations, shot=shot,
-      polish_share=polish_share, ppo_patience=ppo_patience, log=log)
+      polish_share=polish_share, ppo_patience=ppo_patience,
+      anchor_epochs=anchor_epochs, log=log)
   seconds = shot.seconds + time.perf_counter() - started
   return search_row(
       method, budget, loaded, task.topology, found.placement,

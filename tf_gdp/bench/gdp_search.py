@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_gdp import errors
+from tf_gdp.rl import anchor as anchor_lib
 from tf_gdp.rl import placement_task
 from tf_gdp.rl import polish as polish_lib
 from tf_gdp.rl import train_config
@@ -120,10 +121,12 @@ def run(policy: str, task: placement_task.PlacementTask, *, samples: int,
         shot: Optional[zero_shot.ZeroShotResult] = None,
         polish_share: Optional[float] = None,
         ppo_patience: Optional[int] = None,
+        anchor_epochs: Optional[int] = None,
         log: Callable[[str], None] = lambda line: None) -> GdpRun:
   """Zero-shot (or the given `shot`), then fine-tuning (module doc).
 
-  `polish_share` and `ppo_patience` (0: none) default to `rl.polish`'s.
+  `polish_share` and `ppo_patience` (0: none) default to `rl.polish`'s,
+  `anchor_epochs` (0: no anchor) to `rl.anchor`'s.
   """
   config = train_settings(samples, seed)
   if polish_share is None:
@@ -145,8 +148,12 @@ def run(policy: str, task: placement_task.PlacementTask, *, samples: int,
   # The critic and PPO draw from TF's global generator: seeded, a run is
   # reproducible.
   tf.keras.utils.set_random_seed(seed)
-  tuned = workflows.finetune(policy, task, budget=budget, config=config,
-                             log=lambda line: log(f"  {task.name}: {line}"))
+  tuned = workflows.finetune(
+      policy, task, budget=budget, config=config,
+      log=lambda line: log(f"  {task.name}: {line}"),
+      anchor=((shot.placement, shot.step_time_us) if shot.valid else None),
+      anchor_epochs=(anchor_lib.EPOCHS if anchor_epochs is None
+                     else int(anchor_epochs)))
   offset = found.zeroshot_evaluations + reference_evaluations
   reference = tuned.references[task.name].step_time_us
   for stats in tuned.history:

@@ -90,12 +90,13 @@ def check_graph(loaded, label: str, devices: str, *,
                 methods: Sequence[str] = budget_check.ONE_SHOT_METHODS,
                 polish_share: Optional[float] = None,
                 ppo_patience: Optional[int] = None,
+                anchor_epochs: Optional[int] = None,
                 log=harness.stderr_progress) -> dict:
   """Every policy and local_search on one graph and topology (module doc).
 
   `policies` maps a name to a saved policy (`policy_controls.prepare`);
-  `methods` are the one-shot baselines the ratios are to; `polish_share`
-  and `ppo_patience` are fine-tuning's (`gdp_search.run`).
+  `methods` are the one-shot baselines the ratios are to; `polish_share`,
+  `ppo_patience` and `anchor_epochs` are fine-tuning's (`gdp_search.run`).
   """
   # pylint: disable=g-import-not-at-top
   from tf_gdp.rl import placement_task
@@ -127,7 +128,7 @@ def check_graph(loaded, label: str, devices: str, *,
           loaded, task, shot, n, policy=path, samples=samples, seed=seed,
           reference_evaluations=reference, best_us=best_us, log=log,
           method=method, polish_share=polish_share,
-          ppo_patience=ppo_patience)
+          ppo_patience=ppo_patience, anchor_epochs=anchor_epochs)
       budget_check.log_row(log, f"{label} / {name}", row)
       return row
 
@@ -311,6 +312,7 @@ def run(sources, device_list: Sequence[str], names: Sequence[str], *,
         methods: Sequence[str] = budget_check.ONE_SHOT_METHODS,
         polish_share: Optional[float] = None,
         ppo_patience: Optional[int] = None,
+        anchor_epochs: Optional[int] = None,
         log=harness.stderr_progress) -> list:
   """Every graph of `sources` on every topology (module doc); its results.
 
@@ -334,7 +336,8 @@ def run(sources, device_list: Sequence[str], names: Sequence[str], *,
         results.append(check_graph(
             loaded, source.label, devices, policies=policies, budget=budget,
             samples=samples, seed=seed, methods=methods,
-            polish_share=polish_share, ppo_patience=ppo_patience, log=log))
+            polish_share=polish_share, ppo_patience=ppo_patience,
+            anchor_epochs=anchor_epochs, log=log))
   return results
 
 
@@ -353,13 +356,15 @@ def main(argv):
                 pretrained=_POLICY.value or gdp_method.PRETRAINED_POLICY,
                 budget=_BUDGET.value, samples=_SAMPLES.value, seed=_SEED.value,
                 polish_share=_POLISH_SHARE.value,
-                ppo_patience=_PPO_PATIENCE.value)
+                ppo_patience=_PPO_PATIENCE.value,
+                anchor_epochs=_ANCHOR_EPOCHS.value)
   print(format_table(results))
   write_results(results, {
       "graphs": _GRAPHS.value, "devices": device_list, "policies": names,
       "budget": _BUDGET.value, "samples": _SAMPLES.value, "seed": _SEED.value,
       "polish_share": _POLISH_SHARE.value,
       "ppo_patience": _PPO_PATIENCE.value,
+      "anchor_epochs": _ANCHOR_EPOCHS.value,
       "policy": _POLICY.value or "shipped"}, started, _JSON_OUT.value)
 
 
@@ -392,6 +397,10 @@ if __name__ == "__main__":
       "ppo_patience", None, "Evaluations without a better placement after "
       "which PPO hands over to the polish (default: rl.polish.PPO_PATIENCE); "
       "0: never.", lower_bound=0)
+  _ANCHOR_EPOCHS = flags.DEFINE_integer(
+      "anchor_epochs", None, "Steps fitting the policy to the zero-shot "
+      "placement before PPO (default: rl.anchor.EPOCHS); 0: no anchor.",
+      lower_bound=0)
   _JSON_OUT = flags.DEFINE_string("json_out", None, "Write results here.")
   flags.register_validator("policies",
                            flag_checks.from_parser(policy_controls.parse))

@@ -16,6 +16,7 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from tf_gdp import fileio
+from tf_gdp.rl import anchor as anchor_lib
 from tf_gdp.rl import environment
 from tf_gdp.rl import exploration
 from tf_gdp.rl import imitation as imitation_lib
@@ -106,7 +107,9 @@ def finetune(policy_path: str, task, topology=None, *,
              config: Optional[train_config.TrainConfig] = None,
              env_options: Optional[dict] = None,
              log: Optional[Callable[[str], None]] = None,
-             entropy_floor: float = exploration.ENTROPY_FLOOR
+             entropy_floor: float = exploration.ENTROPY_FLOOR,
+             anchor=None,
+             anchor_epochs: int = anchor_lib.EPOCHS
              ) -> train_result.TrainResult:
   """Continues training a saved policy on one graph.
 
@@ -116,7 +119,11 @@ def finetune(policy_path: str, task, topology=None, *,
   resumes from them (they take precedence over `policy_path`); the
   fine-tuned policy is exported to `<root_dir>/policy`. A policy less
   random than `entropy_floor` on this graph has its logits scaled down
-  first (`exploration.entropy_floor_scale`).
+  first (`exploration.entropy_floor_scale`). With `anchor` (placement,
+  step time us), typically zero-shot's, a run that starts at iteration 0
+  first fits the policy to that placement (`rl.anchor`; `anchor_epochs`
+  steps, 0: not at all; at most `anchor.SECONDS_SHARE` of a budget in
+  seconds), and its entropy floor is `anchor.ENTROPY_FLOOR`.
   """
   task = placement_task.as_task(task, topology)
   policy = policy_io.load_policy(policy_path)
@@ -131,6 +138,15 @@ def finetune(policy_path: str, task, topology=None, *,
   try:
     trainer = trainer_lib.Trainer(env, policy, config=config,
                                   root_dir=root_dir, log=log)
+    if (anchor is not None and anchor_epochs > 0 and
+        int(trainer.iteration.numpy()) == 0):
+      fitted = anchor_lib.fit(
+          policy, env, anchor[0], anchor[1], epochs=anchor_epochs,
+          seconds=(budget.seconds * anchor_lib.SECONDS_SHARE
+                   if budget.seconds else None), log=log)
+      # The fit's time counts against a budget in seconds.
+      trainer.seconds.assign(float(fitted["seconds"]))
+      entropy_floor = anchor_lib.ENTROPY_FLOOR
     exploration.apply_entropy_floor(policy, env.observation(0), entropy_floor,
                                     log)
     result = trainer.run(budget)
