@@ -1868,6 +1868,22 @@ def _mamba_graph():
   return store.build_graph(_tiny_mamba(), DEVICES)
 
 
+def _assert_layers_are_stages(graph, layers, *, min_ops: int, step: float):
+  """`layers` are the graph's only numbered `layer_` scopes, and every op of
+  layer i, forward and backward, sits at stage i x `step`."""
+  names = graph.node_names
+  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
+              if found}
+  assert {s for s in numbered if "layer_" in s} == set(layers)
+  stage, known = scopes.stage_coordinates(names, graph.edge_src,
+                                          graph.edge_dst, graph.topo_order)
+  for i, layer in enumerate(layers):
+    ops = [k for k, n in enumerate(names) if n.startswith(f"{layer}/")
+           or n.startswith(f"gradient_tape/{layer}/")]
+    assert len(ops) > min_ops, layer
+    assert known[ops].all() and (stage[ops] == i * step).all(), layer
+
+
 _MAMBA_LAYERS = ("layer_0", "layer_1")
 
 
@@ -1877,18 +1893,10 @@ def test_mamba_blocks_are_numbered_stages_with_residuals():
   names = graph.node_names
   # One numbered stack, each block reading the one before: the stage rules
   # put every op of block i, forward and backward, at stage i.
-  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
-              if found}
-  assert {s for s in numbered if "layer_" in s} == set(_MAMBA_LAYERS)
-  stage, known = scopes.stage_coordinates(names, graph.edge_src,
-                                          graph.edge_dst, graph.topo_order)
+  _assert_layers_are_stages(graph, _MAMBA_LAYERS, min_ops=150, step=1)
   stream = "token_embedding/embedding_lookup/Identity"
   assert forward[stream] == ("Identity", (2, 5, 6))
-  for i, layer in enumerate(_MAMBA_LAYERS):
-    ops = [k for k, n in enumerate(names) if n.startswith(f"{layer}/")
-           or n.startswith(f"gradient_tape/{layer}/")]
-    assert len(ops) > 150, layer
-    assert known[ops].all() and (stage[ops] == i).all(), layer
+  for layer in _MAMBA_LAYERS:
     # RMSNorm, the input projection to 2 x 12, the block's output projected
     # back to 6 and added to its input.
     assert read(f"{layer}/norm/Square") == {stream}, layer
@@ -2457,16 +2465,7 @@ def test_pixelcnn_layers_are_numbered_stages_of_two_linked_stacks():
   names = graph.node_names
   # One numbered stack of layers: every op of layer i, forward and backward,
   # sits at stage i / 2.
-  numbered = {found[0] for found in map(scopes.numbered_scopes, names)
-              if found}
-  assert {s for s in numbered if "layer_" in s} == set(_PIXELCNN_LAYERS)
-  stage, known = scopes.stage_coordinates(names, graph.edge_src,
-                                          graph.edge_dst, graph.topo_order)
-  for i, layer in enumerate(_PIXELCNN_LAYERS):
-    ops = [k for k, n in enumerate(names) if n.startswith(f"{layer}/")
-           or n.startswith(f"gradient_tape/{layer}/")]
-    assert len(ops) > 50, layer
-    assert known[ops].all() and (stage[ops] == i / 2).all(), layer
+  _assert_layers_are_stages(graph, _PIXELCNN_LAYERS, min_ops=50, step=0.5)
   # Both stacks start from the scaled image; the vertical one reads only
   # itself, the horizontal one itself and the 1x1 link from the vertical
   # one's pre-activations; a residual on the horizontal stack after the
