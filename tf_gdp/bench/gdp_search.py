@@ -158,9 +158,14 @@ def run(policy: str, task: placement_task.PlacementTask, *, samples: int,
   reference = tuned.references[task.name].step_time_us
   for stats in tuned.history:
     value = stats["best_ratio"] * reference
-    curve.append([offset + stats["evaluations"],
-                  min(curve[-1][1], value if math.isfinite(value)
-                      else math.inf)])
+    point = [offset + stats["evaluations"],
+             min(curve[-1][1], value if math.isfinite(value) else math.inf)]
+    # An iteration that drew only placements priced before (an anchored
+    # policy on a tiny graph) spent nothing: one point per count.
+    if point[0] == curve[-1][0]:
+      curve[-1] = point
+    else:
+      curve.append(point)
   best = tuned.best[task.name]
   if best is not None and best.step_time_us < found.step_time_us:
     found.placement, found.step_time_us = best.placement, best.step_time_us
