@@ -146,7 +146,8 @@ def finetune(policy_path: str, task, topology=None, *,
                    if budget.seconds else None), log=log)
       # The fit's time counts against a budget in seconds.
       trainer.seconds.assign(float(fitted["seconds"]))
-      entropy_floor = anchor_lib.ENTROPY_FLOOR
+      if fitted["steps"]:  # an unfitted policy keeps the usual floor
+        entropy_floor = anchor_lib.ENTROPY_FLOOR
     exploration.apply_entropy_floor(policy, env.observation(0), entropy_floor,
                                     log)
     result = trainer.run(budget)
