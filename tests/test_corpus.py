@@ -1868,13 +1868,14 @@ def _mamba_graph():
   return store.build_graph(_tiny_mamba(), DEVICES)
 
 
-def _assert_layers_are_stages(graph, layers, *, min_ops: int, step: float):
-  """`layers` are the graph's only numbered `layer_` scopes, and every op of
+def _assert_layers_are_stages(graph, layers, *, min_ops: int, step: float,
+                              stem: str = "layer_"):
+  """`layers` are the graph's only numbered `stem` scopes, and every op of
   layer i, forward and backward, sits at stage i x `step`."""
   names = graph.node_names
   numbered = {found[0] for found in map(scopes.numbered_scopes, names)
               if found}
-  assert {s for s in numbered if "layer_" in s} == set(layers)
+  assert {s for s in numbered if stem in s} == set(layers)
   stage, known = scopes.stage_coordinates(names, graph.edge_src,
                                           graph.edge_dst, graph.topo_order)
   for i, layer in enumerate(layers):
@@ -2683,3 +2684,293 @@ def _ancestors(graph, starts) -> set:
         seen.add(src)
         todo.append(src)
   return {graph.node_names[i] for i in seen}
+
+
+def _tiny_hourglass(**changes):
+  # Widths differ (the stem's first convolution 3, its first module 6,
+  # features 8 with 4 inside the bottlenecks, 5 keypoints), so each shape
+  # names its tensor; hourglasses of depth 2 on the 4x4 map of a 16x16
+  # image pool to 2x2 and 1x1.
+  args = dict(image_size=16, stacks=3, features=8, keypoints=5, batch=2,
+              stem_width=3, depth=2)
+  return _variant("tiny_hourglass", families.HOURGLASS, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _hourglass_graph():
+  """The tiny Stacked Hourglass step, built once for the tests that only
+  read it."""
+  return store.build_graph(_tiny_hourglass(), DEVICES)
+
+
+@functools.lru_cache(maxsize=1)
+def _hourglass_graph_def():
+  """The tiny Stacked Hourglass step's GraphDef, for the tests that run
+  parts of it."""
+  return store._extract(_tiny_hourglass()).meta_graph.graph_def  # pylint: disable=protected-access
+
+
+def _run_hourglass(fetch: str, feeds: dict):
+  """The value of the op `fetch` of the tiny step, the ops named in `feeds`
+  (name -> array) replaced by those values, so none upstream of them runs."""
+  tf, _ = training_steps.libraries()
+  graph_def = _hourglass_graph_def()  # built outside the graph below
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.graph_util.import_graph_def(graph_def, name="")
+  with tf.compat.v1.Session(graph=graph) as session:
+    return session.run(f"{fetch}:0",
+                       {f"{name}:0": value for name, value in feeds.items()})
+
+
+_HOURGLASS_STACKS = ("stack_0", "stack_1", "stack_2")
+
+
+def test_hourglass_stacks_are_numbered_stages_joined_by_reinjection():
+  graph = _hourglass_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # Every op of stack i, forward and backward, sits at stage i / 2; inside
+  # a stack its levels are numbered siblings.
+  _assert_layers_are_stages(graph, _HOURGLASS_STACKS, min_ops=500, step=0.5,
+                            stem="stack_")
+  inner = {found[1] for found in map(scopes.numbered_scopes, graph.node_names)
+           if len(found) > 1 and "/level_" in found[1]}
+  assert inner == {f"{stack}/level_{d}" for stack in _HOURGLASS_STACKS
+                   for d in range(2)}
+  # The stem: a 7x7 stride-2 convolution (16 -> 8), batch norm and ReLU, a
+  # residual module to 6, a 2x2 max pool (8 -> 4), a residual module and
+  # one to the features.
+  conv = "stem/conv/Conv2D"
+  assert forward[conv][1] == (2, 8, 8, 3)
+  assert {forward[n][1] for n in read(conv)} == {(2, 16, 16, 3), (7, 7, 3, 3)}
+  assert read("stem/relu") == {"stem/norm/FusedBatchNormV3"}
+  assert forward["stem/first/residual"][1] == (2, 8, 8, 6)
+  assert forward["stem/pool"] == ("MaxPool", (2, 4, 4, 6))
+  assert read("stem/pool") == {"stem/first/residual"}
+  assert "stem/pool" in read("stem/second/reduce/norm/FusedBatchNormV3")
+  assert forward["stem/third/residual"] == ("AddV2", (2, 4, 4, 8))
+  # Each stack: the hourglass on its input, a residual module, a 1x1
+  # convolution (batch norm, ReLU) and a 1x1 convolution to 5 heatmaps at
+  # a quarter of the image. Not the last: 1x1 convolutions of the
+  # features and of the heatmaps added to its input give the next input.
+  stream = "stem/third/residual"
+  for i, stack in enumerate(_HOURGLASS_STACKS):
+    assert read(f"{stack}/level_0/pool") == {stream}, stack
+    assert read(f"{stack}/level_0/upper/residual") == {
+        stream, f"{stack}/level_0/upper/expand/conv/Conv2D"}, stack
+    assert f"{stack}/level_0/merge" in read(
+        f"{stack}/refine/reduce/norm/FusedBatchNormV3")
+    linear = f"{stack}/linear/conv/Conv2D"
+    (kernel,) = read(linear) - {f"{stack}/refine/residual"}
+    assert forward[kernel] == ("ReadVariableOp", (1, 1, 8, 8))
+    assert f"{stack}/linear/conv/Conv2D" in read(
+        f"{stack}/linear/norm/FusedBatchNormV3")
+    assert read(f"{stack}/features") == {
+        f"{stack}/linear/norm/FusedBatchNormV3"}
+    assert f"{stack}/features" in read(f"{stack}/heatmaps/Conv2D")
+    assert forward[f"{stack}/heatmaps/BiasAdd"] == ("BiasAdd", (2, 4, 4, 5))
+    if i == len(_HOURGLASS_STACKS) - 1:
+      assert not [n for n in forward if n.startswith(
+          (f"{stack}/remap", f"{stack}/reinjected"))]
+      continue
+    remaps = {f"{stack}/remap_features/Conv2D": (f"{stack}/features",
+                                                 (1, 1, 8, 8)),
+              f"{stack}/remap_heatmaps/Conv2D": (f"{stack}/heatmaps/BiasAdd",
+                                                 (1, 1, 5, 8))}
+    for remap, (source, shape) in remaps.items():
+      (kernel,) = read(remap) - {source}
+      assert forward[kernel] == ("ReadVariableOp", shape), remap
+    assert forward[f"{stack}/reinjected"] == ("AddN", (2, 4, 4, 8))
+    assert read(f"{stack}/reinjected") == {stream, *remaps}
+    stream = f"{stack}/reinjected"
+  with pytest.raises(ValueError, match="at least 1"):
+    store.build_graph(_tiny_hourglass(stacks=0), DEVICES)
+  with pytest.raises(ValueError, match="multiple of 16"):
+    store.build_graph(_tiny_hourglass(image_size=24), DEVICES)
+
+
+def _pools_and_upsamplings(forward, stack):
+  """(name, shape) of the stack's forward max pools and upsamplings."""
+  return [sorted((n, s) for n, (t, s) in forward.items()
+                 if t == op and n.startswith(f"{stack}/"))
+          for op in ("MaxPool", "ResizeNearestNeighbor")]
+
+
+def test_hourglass_recursion_pools_and_upsamples_once_per_level():
+  graph = _hourglass_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  for i, stack in enumerate(_HOURGLASS_STACKS):
+    # Depth 2: two max pools (4 -> 2 -> 1), two upsamplings back, and
+    # their gradients.
+    pools, ups = _pools_and_upsamplings(forward, stack)
+    assert pools == [(f"{stack}/level_0/pool", (2, 2, 2, 8)),
+                     (f"{stack}/level_1/pool", (2, 1, 1, 8))]
+    assert ups == [
+        (f"{stack}/level_0/upsample/ResizeNearestNeighbor", (2, 4, 4, 8)),
+        (f"{stack}/level_1/upsample/ResizeNearestNeighbor", (2, 2, 2, 8))]
+    backward = [t for n, t in zip(graph.node_names, graph.op_types)
+                if n.startswith(f"gradient_tape/{stack}/")]
+    assert backward.count("MaxPoolGrad") == 2
+    assert backward.count("ResizeNearestNeighborGrad") == 2
+    # Level d: the upper branch, a residual module on the level's input,
+    # plus the lower one: a pool, a residual module, the next level (the
+    # last level: a residual module), a residual module and the upsampling.
+    entry = (f"{_HOURGLASS_STACKS[i - 1]}/reinjected" if i
+             else "stem/third/residual")
+    for d in range(2):
+      level = f"{stack}/level_{d}"
+      assert read(f"{level}/pool") == {entry}, level
+      assert entry in read(f"{level}/upper/residual"), level
+      assert f"{level}/pool" in read(f"{level}/before/residual"), level
+      deeper = (f"{stack}/level_{d + 1}/merge" if d == 0
+                else f"{level}/bottom/residual")
+      assert deeper in read(f"{level}/after/residual"), level
+      upsample = f"{level}/upsample/ResizeNearestNeighbor"
+      assert read(upsample) == {f"{level}/after/residual"}, level
+      assert read(f"{level}/merge") == {f"{level}/upper/residual", upsample}
+      entry = f"{level}/before/residual"
+    assert read(f"{stack}/level_1/bottom/reduce/norm/FusedBatchNormV3") >= {
+        f"{stack}/level_1/before/residual"}
+    assert {n.split("/")[1] for n in forward
+            if n.startswith(f"{stack}/") and "/bottom/" in n} == {"level_1"}
+  # The family's depth, 4: a 64x64 image's 16x16 map pools to 8, 4, 2, 1.
+  assert not [v for v in families.FAMILIES["hourglass"].variants
+              if "depth" in v.args]
+  args = dict(_tiny_hourglass().args, image_size=64, stacks=1)
+  del args["depth"]
+  deep = store.build_graph(
+      _variant("tiny_hourglass", families.HOURGLASS, **args), DEVICES)
+  forward, _ = _model_ops(deep, "", constants=False)
+  pools, ups = _pools_and_upsamplings(forward, "stack_0")
+  assert [(n.split("/")[1], s[1]) for n, s in pools] == [
+      ("level_0", 8), ("level_1", 4), ("level_2", 2), ("level_3", 1)]
+  assert [(n.split("/")[1], s[1]) for n, s in ups] == [
+      ("level_0", 16), ("level_1", 8), ("level_2", 4), ("level_3", 2)]
+  assert {n.split("/")[1] for n in forward
+          if n.startswith("stack_0/") and "/bottom/" in n} == {"level_3"}
+
+
+def test_hourglass_residual_modules_are_preactivation_bottlenecks():
+  graph = _hourglass_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  modules = sorted(n[:-len("/residual")] for n, (t, _) in forward.items()
+                   if t == "AddV2" and n.endswith("/residual")
+                   and not n.startswith("gradient_tape/"))
+  # 3 in the stem; per stack 3 per level, 1 at the bottom, 1 after.
+  assert len(modules) == 3 + 3 * (3 * 2 + 1 + 1)
+  for module in modules:
+    (source,) = {n for n in read(f"{module}/reduce/norm/FusedBatchNormV3")
+                 if forward[n][0] != "ReadVariableOp"}
+    channels = forward[source][1][-1]
+    width = forward[f"{module}/residual"][1][-1]
+    half = width // 2
+    # Batch norm, ReLU and a convolution, three times: 1x1 to half the
+    # width, 3x3, 1x1 to the width.
+    stream = source
+    for unit, kernel in (("reduce", (1, 1, channels, half)),
+                         ("spatial", (3, 3, half, half)),
+                         ("expand", (1, 1, half, width))):
+      norm = f"{module}/{unit}/norm/FusedBatchNormV3"
+      assert stream in read(norm), (module, unit)
+      assert read(f"{module}/{unit}/relu") == {norm}, (module, unit)
+      conv = f"{module}/{unit}/conv/Conv2D"
+      (weights,) = read(conv) - {f"{module}/{unit}/relu"}
+      assert forward[weights] == ("ReadVariableOp", kernel), (module, unit)
+      stream = conv
+    # Added to the input, through a 1x1 projection where the width changes.
+    skip = source
+    if channels != width:
+      skip = f"{module}/project/Conv2D"
+      (weights,) = read(skip) - {source}
+      assert forward[weights][1] == (1, 1, channels, width), module
+    assert read(f"{module}/residual") == {skip, stream}, module
+  assert {m for m in modules if f"{m}/project/Conv2D" in forward} == {
+      "stem/first", "stem/third"}
+  # Every convolution but the heatmaps' feeds a batch norm: no other bias.
+  assert sorted(n for n, (t, _) in forward.items() if t == "BiasAdd") == [
+      f"{stack}/heatmaps/BiasAdd" for stack in _HOURGLASS_STACKS]
+
+
+def test_hourglass_every_stack_is_supervised_against_the_target_heatmaps():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _hourglass_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # One mean squared error per stack, in its scope; the loss is their sum.
+  terms = {f"{stack}/loss/mean" for stack in _HOURGLASS_STACKS}
+  assert forward["loss/total"][0] == "AddN"
+  assert read("loss/total") == terms
+  targets = set()
+  for stack in _HOURGLASS_STACKS:
+    error = f"{stack}/loss/error"
+    assert read(f"{stack}/loss/mean") == {f"{stack}/loss/Square"}
+    assert read(f"{stack}/loss/Square") == {error}
+    (target,) = read(error) - {f"{stack}/heatmaps/BiasAdd"}
+    assert forward[target] == ("ReadVariableOp", (2, 4, 4, 5))
+    targets |= _variables(graph, target)
+    # Each stack's heatmaps get the gradient of their own term.
+    upstream = _ancestors(
+        graph, [f"gradient_tape/{stack}/heatmaps/BiasAdd/BiasAddGrad"])
+    assert [n for n in upstream
+            if n.startswith(f"gradient_tape/{stack}/loss/")], stack
+  # One target for all stacks, not the images.
+  assert len(targets) == 1
+  assert not targets & _variables(graph, "stem/conv/Conv2D")
+  # Run on values of our own: the sum over stacks of the mean squared error.
+  rng = np.random.default_rng(4)
+  truth = rng.uniform(size=(2, 4, 4, 5)).astype(np.float32)
+  feeds, expected = {}, 0.0
+  for stack in _HOURGLASS_STACKS:
+    heatmaps = rng.normal(size=(2, 4, 4, 5)).astype(np.float32)
+    (target,) = read(f"{stack}/loss/error") - {f"{stack}/heatmaps/BiasAdd"}
+    feeds.update({f"{stack}/heatmaps/BiasAdd": heatmaps, target: truth})
+    expected += np.mean((heatmaps - truth) ** 2)
+  np.testing.assert_allclose(_run_hourglass("loss/total", feeds), expected,
+                             rtol=1e-5)
+
+
+def test_hourglass_adam_updates_every_weight_and_batch_norms_their_stats():
+  graph = _hourglass_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  names, types_ = graph.node_names, graph.op_types
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in _variables(graph, n):
+        updates.setdefault(v, []).append(n)
+  read_forward = {v for n, t in zip(names, types_) if t == "ReadVariableOp"
+                  and n.startswith(("stem/", "stack_"))
+                  for v in _variables(graph, n)}
+  # Every variable the forward pass reads is updated once, but the images,
+  # the target heatmaps and each batch norm's moving mean and variance.
+  norms = _count(graph, "FusedBatchNormV3")
+  assert norms == 1 + 27 * 3 + 3
+  fixed = read_forward - set(updates)
+  assert len(fixed) == 2 + 2 * norms
+  assert set(updates) == read_forward - fixed
+  # 267 weights: the stem's convolution and batch norm (3); 27 residual
+  # modules of 3 kernels and 3 batch norms (9 each) and 2 projections;
+  # per stack the linear layer's kernel and batch norm and the heatmaps'
+  # kernel and bias (5), and the first two stacks' re-injection kernels.
+  assert len(updates) == 3 + 27 * 9 + 2 + 3 * 5 + 2 * 2
+  # Each update follows the gradient of a stack's loss term.
+  consumers = [[] for _ in names]
+  for src, dst in zip(graph.edge_src, graph.edge_dst):
+    consumers[src].append(dst)
+  todo = [i for i, n in enumerate(names)
+          if n.startswith("gradient_tape/stack_") and "/loss/" in n]
+  after = set(todo)
+  while todo:
+    for dst in consumers[todo.pop()]:
+      if dst not in after:
+        after.add(dst)
+        todo.append(dst)
+  for v, steps in updates.items():
+    assert len(steps) == 1, v
+    assert graph.node_index[steps[0]] in after, v
+  # Adam's two slots per weight, and each batch norm's two moving
+  # statistics, assigned from the batch's.
+  assert _count(graph, "AssignVariableOp") == 2 * len(updates) + 2 * norms
+  moving = [n for n, t in zip(names, types_) if t == "AssignVariableOp"
+            and n.startswith(("stem/", "stack_"))]
+  assert len(moving) == 2 * norms
+  assert all(_variables(graph, n) <= fixed for n in moving)

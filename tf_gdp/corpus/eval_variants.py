@@ -176,6 +176,15 @@ def pixelcnns(sizes):
           for image, channels, filters, layers, batch in sizes]
 
 
+def hourglasses(sizes):
+  """(image size, stacks, features, keypoints, batch) per variant;
+  hourglasses of depth 4, heatmaps at a quarter of the image's side."""
+  return [(f"hourglass_i{image}_s{stacks}_f{features}_k{keypoints}_b{batch}",
+           dict(image_size=image, stacks=stacks, features=features,
+                keypoints=keypoints, batch=batch))
+          for image, stacks, features, keypoints, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

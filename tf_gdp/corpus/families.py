@@ -18,12 +18,13 @@ DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
 language model, an EDSR super-resolution network, a convolutional
 sequence-to-sequence translation model, a Tacotron 2 text-to-speech
 model, a Mamba selective state-space language model, a VQ-VAE image
-autoencoder and a Gated PixelCNN autoregressive image model written with
-tf_keras layers (`transformers`, `recurrent`, `vision_models`,
-`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
-`dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`, `conformer`,
-`hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`, `llama`,
-`edsr`, `convs2s`, `tacotron`, `mamba`, `vqvae`, `pixelcnn`), Keras 3
+autoencoder, a Gated PixelCNN autoregressive image model and a Stacked
+Hourglass pose estimator written with tf_keras layers (`transformers`,
+`recurrent`, `vision_models`, `recommenders`, `speech`, `gan`,
+`detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
+`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`, `mobilevit`,
+`deeplab`, `captioner`, `llama`, `edsr`, `convs2s`, `tacotron`, `mamba`,
+`vqvae`, `pixelcnn`, `hourglass`), Keras 3
 applications and layers (`keras3_models`), the zoo's models
 (`tf_gdp.zoo`, with knobs) and generated graphs
 (`tf_gdp.graph.generators`). The evaluation families' variant names and
@@ -45,13 +46,14 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE, PIXELCNN) = (
+ LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE, PIXELCNN, HOURGLASS) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
-     "llama", "edsr", "convs2s", "tacotron", "mamba", "vqvae", "pixelcnn")
+     "llama", "edsr", "convs2s", "tacotron", "mamba", "vqvae", "pixelcnn",
+     "hourglass")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -436,6 +438,24 @@ _FAMILIES = (
            "Adam (corpus.pixelcnn)",
            _variants("pixelcnn", PIXELCNN,
                      eval_variants.pixelcnns(sizes.PIXELCNN_SIZES))),
+    Family("hourglass", EVAL, "Stacked Hourglass pose estimator: a stem "
+           "(a 7x7 stride-2 convolution, a residual module, a max pool and "
+           "two residual modules) to a quarter of the image, then "
+           "hourglasses (each its own numbered scope), each recursive over "
+           "4 levels: an upper branch, a residual module at the level's "
+           "resolution, added to a lower branch, a 2x2 max pool, residual "
+           "modules around the next level and a nearest-neighbour "
+           "upsampling; residual modules are pre-activation bottlenecks "
+           "(batch norm, ReLU, 1x1, 3x3, 1x1 convolutions, a 1x1 projection "
+           "where the width changes). After each hourglass a residual "
+           "module, a 1x1 convolution with batch norm and ReLU and a 1x1 "
+           "convolution to one heatmap per keypoint at a quarter of the "
+           "image; a mean squared error against target heatmaps for "
+           "every stack (intermediate supervision), summed; between stacks "
+           "1x1 convolutions of the features and of the heatmaps added to "
+           "the stack's input; Adam (corpus.hourglass)",
+           _variants("hourglass", HOURGLASS,
+                     eval_variants.hourglasses(sizes.HOURGLASS_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

@@ -88,3 +88,7 @@ VQVAE_SIZES = ((128, 128, 10, 512, 112), (128, 256, 16, 1024, 96),
 # one-device peak memory only.
 PIXELCNN_SIZES = ((32, 3, 128, 8, 72), (32, 3, 192, 15, 72),
                   (64, 3, 128, 24, 32), (64, 3, 192, 29, 32))
+# Stacked Hourglass: (image size, stacks, features, keypoints, batch), by
+# one-device peak memory only.
+HOURGLASS_SIZES = ((128, 2, 128, 16, 71), (256, 2, 256, 16, 30),
+                   (256, 3, 128, 16, 66), (256, 4, 256, 16, 59))

@@ -126,6 +126,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import edsr
   from tf_gdp.corpus import gan
   from tf_gdp.corpus import gnn
+  from tf_gdp.corpus import hourglass
   from tf_gdp.corpus import hrnet
   from tf_gdp.corpus import keras3_models
   from tf_gdp.corpus import llama
@@ -186,6 +187,7 @@ def _extract(variant: families.Variant):
       families.MAMBA: lambda: mamba.mamba(**args),
       families.VQVAE: lambda: vqvae.vqvae(**args),
       families.PIXELCNN: lambda: pixelcnn.pixelcnn(**args),
+      families.HOURGLASS: lambda: hourglass.hourglass(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
