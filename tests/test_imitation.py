@@ -1,6 +1,5 @@
 """Imitation of search: targets, their cache, the supervised phase, pretrain."""
 
-import dataclasses
 import glob
 import json
 import math
@@ -242,33 +241,6 @@ def test_imitation_is_deterministic_for_a_seed(tasks, cached):
   for a, b in zip(runs[0]["history"], runs[1]["history"]):
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
     assert a["accuracy"] == b["accuracy"]
-
-
-def test_a_stopped_fit_is_the_first_epochs_of_a_full_one(tasks, cached):
-  _, found = cached
-  config = imitation.ImitationConfig(epochs=6, learning_rate=1e-2, seed=5,
-                                     graphs_per_step=1, greedy_check=False)
-  asked = []
-
-  def stop(done):
-    asked.append(done)
-    return done == 2
-
-  env, policy = _fresh(tasks)
-  stopped = imitation.imitate(policy, env, found, config=config, stop=stop)
-  env, policy = _fresh(tasks)
-  short = imitation.imitate(policy, env, found, config=dataclasses.replace(
-      config, epochs=2))
-  assert asked == [1, 2] and stopped["epochs"] == 2
-  assert len(stopped["history"]) == 2
-  for a, b in zip(stopped["history"], short["history"]):
-    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-  # Never asked after the last epoch: nothing is left to stop.
-  asked.clear()
-  env, policy = _fresh(tasks)
-  imitation.imitate(policy, env, found, config=dataclasses.replace(
-      config, epochs=2), stop=lambda done: asked.append(done) or False)
-  assert asked == [1]
 
 
 def test_keep_best_prefers_fewer_invalid_placements_to_a_lower_mean():

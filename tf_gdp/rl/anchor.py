@@ -29,8 +29,9 @@ from tf_gdp.rl import search_targets
 EPOCHS = 400
 LEARNING_RATE = 3e-3
 # With a budget in seconds the fit stops after this share of it, checked
-# after every step: a 60,000-op graph takes seconds per step.
+# every `_CHUNK` steps: a 60,000-op graph takes seconds per step.
 SECONDS_SHARE = 0.25
+_CHUNK = 50
 # Below this many seconds for the fit there is none: tracing its step alone
 # takes a few seconds, which a budget this small needs for PPO.
 MIN_SECONDS = 5.0
@@ -46,9 +47,9 @@ def fit(policy, env, placement: np.ndarray, step_time_us: float, *,
         log: Optional[Callable[[str], None]] = None) -> dict:
   """Fits `policy` to `placement` of `env`'s one task.
 
-  Stops after `epochs` steps, or after the first step that ends past
-  `seconds` (None: no limit; under `MIN_SECONDS`: no step). One Adam
-  optimizer for all steps. Returns steps, accuracy, loss and seconds.
+  Stops after `epochs` steps, or at the first `_CHUNK` boundary past
+  `seconds` (None: no limit; under `MIN_SECONDS`: no step). Returns steps,
+  accuracy, loss and seconds.
   """
   started = time.perf_counter()
   if seconds is not None and seconds < MIN_SECONDS:
@@ -61,13 +62,15 @@ def fit(policy, env, placement: np.ndarray, step_time_us: float, *,
       evaluations=0, group_devices=group_devices,
       placement=np.asarray(placement, np.int32), candidates={}, skipped={},
       reason=None, fastest_us=step_time_us)
-  deadline = math.inf if seconds is None else started + seconds
-  stats = imitation.imitate(
-      policy, env, [target], config=imitation.ImitationConfig(
-          epochs=epochs, learning_rate=LEARNING_RATE, graphs_per_step=1,
-          greedy_check=False),
-      stop=lambda done: time.perf_counter() >= deadline) if epochs else {}
-  steps = int(stats.get("epochs", 0))
+  steps, stats = 0, {}
+  while steps < epochs and (seconds is None or steps == 0 or
+                            time.perf_counter() - started < seconds):
+    chunk = min(_CHUNK, epochs - steps)
+    stats = imitation.imitate(
+        policy, env, [target], config=imitation.ImitationConfig(
+            epochs=chunk, learning_rate=LEARNING_RATE, graphs_per_step=1,
+            greedy_check=False, seed=steps))
+    steps += chunk
   result = {"steps": steps, "accuracy": stats.get("accuracy", math.nan),
             "loss": stats.get("loss", math.nan),
             "seconds": time.perf_counter() - started}

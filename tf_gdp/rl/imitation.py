@@ -114,17 +114,12 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
             config: ImitationConfig,
             validation: Optional[Tuple[environment.PlacementEnv,
                                        Sequence[search_targets.Target]]] = None,
-            log: Optional[Callable[[str], None]] = None,
-            stop: Optional[Callable[[int], bool]] = None) -> dict:
+            log: Optional[Callable[[str], None]] = None) -> dict:
   """Fits `policy` to the targets of `env`'s tasks; returns the statistics.
 
-  `stop(epochs_done)`, asked after every epoch but the last, ends training
-  early when it returns True (a budget in seconds): one optimizer and one
-  traced step for the whole fit, however it is cut.
-
   `targets[i]` belongs to task i; tasks without a target (`method` None)
-  are left out. Statistics: epochs (those run), learning_rate, tasks,
-  without_target (task names),
+  are left out. Statistics: epochs, learning_rate, tasks, without_target
+  (task names),
   history (per epoch: epoch, loss, accuracy, seconds), loss and accuracy
   (a last pass after training), greedy (task -> step_time_us, target_us,
   ratio, valid), greedy_ratio (geometric mean of the ratios, valid greedy
@@ -141,7 +136,6 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
   policy ends with; 0: the policy as it started).
   """
   log = log or (lambda line: None)
-  stop = stop or (lambda epochs_done: False)
   started = time.perf_counter()
   if len(targets) != env.num_tasks:
     raise ValueError(f"{len(targets)} targets for {env.num_tasks} tasks")
@@ -205,17 +199,13 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
         f"accuracy {row['accuracy']:.3f}" + (
             f", validation greedy / target {row['validation_ratio']:.3f}"
             if "validation_ratio" in row else ""))
-    stats["epochs"] = epoch
-    if epoch < config.epochs and stop(epoch):
-      log(f"imitation stopped after epoch {epoch}")
-      break
   if judge is not None and "validation" not in stats:  # no epochs
     stats["validation"] = judge.judge()
   if best is not None:
     for variable, value in zip(policy.variables, best[2]):
       variable.assign(value)
     stats["best_epoch"] = best[1]
-    if best[1] != stats["epochs"]:
+    if best[1] != config.epochs:
       stats["validation"] = judge.judge()
     log(f"imitation: the weights of epoch {best[1]} (validation greedy / "
         f"target {best[0][1]:.3f}, {best[0][0]} invalid)")
