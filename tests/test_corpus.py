@@ -2443,17 +2443,21 @@ def _pixelcnn_graph_def():
   return store._extract(_tiny_pixelcnn()).meta_graph.graph_def  # pylint: disable=protected-access
 
 
-def _run_pixelcnn(fetch: str, feeds: dict):
-  """The value of the op `fetch` of the tiny step, the ops named in `feeds`
+def _run_op(graph_def, fetch: str, feeds: dict):
+  """The value of the op `fetch` of `graph_def`, the ops named in `feeds`
   (name -> array) replaced by those values, so none upstream of them runs."""
   tf, _ = training_steps.libraries()
-  graph_def = _pixelcnn_graph_def()  # built outside the graph below
   graph = tf.Graph()
   with graph.as_default():
     tf.graph_util.import_graph_def(graph_def, name="")
   with tf.compat.v1.Session(graph=graph) as session:
     return session.run(f"{fetch}:0",
                        {f"{name}:0": value for name, value in feeds.items()})
+
+
+def _run_pixelcnn(fetch: str, feeds: dict):
+  """`_run_op` on the tiny Gated PixelCNN step."""
+  return _run_op(_pixelcnn_graph_def(), fetch, feeds)
 
 
 _PIXELCNN_LAYERS = ("layer_0", "layer_1", "layer_2")
@@ -2711,16 +2715,8 @@ def _hourglass_graph_def():
 
 
 def _run_hourglass(fetch: str, feeds: dict):
-  """The value of the op `fetch` of the tiny step, the ops named in `feeds`
-  (name -> array) replaced by those values, so none upstream of them runs."""
-  tf, _ = training_steps.libraries()
-  graph_def = _hourglass_graph_def()  # built outside the graph below
-  graph = tf.Graph()
-  with graph.as_default():
-    tf.graph_util.import_graph_def(graph_def, name="")
-  with tf.compat.v1.Session(graph=graph) as session:
-    return session.run(f"{fetch}:0",
-                       {f"{name}:0": value for name, value in feeds.items()})
+  """`_run_op` on the tiny Stacked Hourglass step."""
+  return _run_op(_hourglass_graph_def(), fetch, feeds)
 
 
 _HOURGLASS_STACKS = ("stack_0", "stack_1", "stack_2")
