@@ -243,6 +243,47 @@ def test_imitation_is_deterministic_for_a_seed(tasks, cached):
     assert a["accuracy"] == b["accuracy"]
 
 
+def test_restarting_adam_is_fitting_in_separate_runs(tasks, cached):
+  # One traced fit whose Adam restarts every 2 epochs moves the weights as
+  # two 2-epoch fits in a row do, each with a fresh optimizer; without the
+  # restarts Adam's moments carry over and the weights differ.
+  _, found = cached
+  one = dict(learning_rate=3e-2, graphs_per_step=len(tasks),
+             greedy_check=False)
+  weights = {}
+  for name, configs in (
+      ("restarts", [dict(epochs=4, restart_every=2)]),
+      ("runs", [dict(epochs=2), dict(epochs=2)]),
+      ("one_adam", [dict(epochs=4)])):
+    env, policy = _fresh(tasks)
+    try:
+      for config in configs:
+        imitation.imitate(policy, env, found,
+                          config=imitation.ImitationConfig(**one, **config))
+    finally:
+      env.close()
+    weights[name] = [v.numpy() for v in policy.trainable_variables]
+  def gap(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+  assert gap(weights["restarts"], weights["runs"]) < 1e-5
+  assert gap(weights["restarts"], weights["one_adam"]) > 1e-3
+
+
+def test_a_stop_is_asked_where_adam_restarts(tasks, cached):
+  _, found = cached
+  env, policy = _fresh(tasks)
+  asked = []
+  try:
+    stats = imitation.imitate(
+        policy, env, found, config=imitation.ImitationConfig(
+            epochs=9, restart_every=3, greedy_check=False),
+        stop=lambda: asked.append(len(asked)) or len(asked) == 2)
+  finally:
+    env.close()
+  assert stats["epochs"] == 6 and len(stats["history"]) == 6
+  assert asked == [0, 1]
+
+
 def test_keep_best_prefers_fewer_invalid_placements_to_a_lower_mean():
   # The geometric mean leaves invalid placements out, so it cannot decide
   # alone: an epoch that makes a held-out graph unplaceable never wins.

@@ -86,6 +86,8 @@ class ImitationConfig:
     keep_best: with validation tasks, end with the weights of the epoch
       whose greedy placements were invalid on the fewest validation tasks,
       and among those had the lowest greedy / target (early stopping).
+    restart_every: Adam starts afresh (moments and step count zeroed) after
+      every this many epochs; 0: never.
   """
   epochs: int = 0
   evaluations: int = search_targets.DEFAULT_EVALUATIONS
@@ -98,15 +100,16 @@ class ImitationConfig:
   target_tolerance: float = 0.0
   validate_every: int = 0
   keep_best: bool = False
+  restart_every: int = 0
 
   def __post_init__(self):
     if (self.epochs < 0 or self.evaluations < 1 or self.learning_rate <= 0
         or self.graphs_per_step < 1 or not 0 <= self.target_tolerance < 1
-        or self.validate_every < 0):
+        or self.validate_every < 0 or self.restart_every < 0):
       raise ValueError(
           "imitation needs epochs >= 0, evaluations >= 1, learning_rate > 0, "
           "graphs_per_step >= 1, target_tolerance in [0, 1) and "
-          f"validate_every >= 0; got {self}")
+          f"validate_every, restart_every >= 0; got {self}")
 
 
 def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
@@ -114,12 +117,17 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
             config: ImitationConfig,
             validation: Optional[Tuple[environment.PlacementEnv,
                                        Sequence[search_targets.Target]]] = None,
-            log: Optional[Callable[[str], None]] = None) -> dict:
+            log: Optional[Callable[[str], None]] = None,
+            stop: Optional[Callable[[], bool]] = None) -> dict:
   """Fits `policy` to the targets of `env`'s tasks; returns the statistics.
 
+  `stop()`, asked where Adam restarts (after every epoch without
+  restarts), ends training early when True (a budget in seconds); one
+  traced step serves the whole fit.
+
   `targets[i]` belongs to task i; tasks without a target (`method` None)
-  are left out. Statistics: epochs, learning_rate, tasks, without_target
-  (task names),
+  are left out. Statistics: epochs (those run), learning_rate, tasks,
+  without_target (task names),
   history (per epoch: epoch, loss, accuracy, seconds), loss and accuracy
   (a last pass after training), greedy (task -> step_time_us, target_us,
   ratio, valid), greedy_ratio (geometric mean of the ratios, valid greedy
@@ -199,13 +207,21 @@ def imitate(policy: tf.keras.Model, env: environment.PlacementEnv,
         f"accuracy {row['accuracy']:.3f}" + (
             f", validation greedy / target {row['validation_ratio']:.3f}"
             if "validation_ratio" in row else ""))
+    stats["epochs"] = epoch
+    period = config.restart_every or 1
+    if epoch < config.epochs and epoch % period == 0:
+      if stop is not None and stop():
+        break
+      if config.restart_every:
+        for variable in optimizer.variables:
+          variable.assign(tf.zeros_like(variable))
   if judge is not None and "validation" not in stats:  # no epochs
     stats["validation"] = judge.judge()
   if best is not None:
     for variable, value in zip(policy.variables, best[2]):
       variable.assign(value)
     stats["best_epoch"] = best[1]
-    if best[1] != config.epochs:
+    if best[1] != stats["epochs"]:
       stats["validation"] = judge.judge()
     log(f"imitation: the weights of epoch {best[1]} (validation greedy / "
         f"target {best[0][1]:.3f}, {best[0][0]} invalid)")
