@@ -3015,14 +3015,14 @@ def test_nerf_levels_are_numbered_stages_each_with_its_own_mlp():
            if len(found) > 1 and "/layer_" in found[1]}
   assert inner == {f"{level}/layer_{j}" for level in _NERF_LEVELS
                    for j in range(4)}
-  kernels = {"layer_0": (63, 8), "layer_1": (8, 8), "layer_2": (8 + 63, 8),
-             "layer_3": (8, 8), "density": (8, 1), "feature": (8, 8),
+  kernels = {"layer_0": (63, 8), "layer_1": (8, 8), "layer_2": (8, 8),
+             "layer_3": (8 + 63, 8), "density": (8, 1), "feature": (8, 8),
              "directional": (8 + 27, 4), "rgb": (4, 3)}
   for level, samples in zip(_NERF_LEVELS, (5, 11, 17)):
     n = 2 * samples
     position = f"{level}/encode_position/features"
     inputs = {"layer_0": position, "layer_1": f"{level}/layer_0/Relu",
-              "layer_2": f"{level}/skip", "layer_3": f"{level}/layer_2/Relu",
+              "layer_2": f"{level}/layer_1/Relu", "layer_3": f"{level}/skip",
               "density": f"{level}/layer_3/Relu",
               "feature": f"{level}/layer_3/Relu",
               "directional": f"{level}/with_direction",
@@ -3032,10 +3032,10 @@ def test_nerf_levels_are_numbered_stages_each_with_its_own_mlp():
       (kernel,) = read(matmul) - {source}
       assert forward[kernel] == ("ReadVariableOp", kernels[layer]), matmul
       assert forward[matmul][1] == (n, kernels[layer][1]), matmul
-    # The skip: the encoded position again, before layer_1's activations,
-    # into layer depth / 2 only.
+    # The skip: the encoded position again, before layer depth / 2's
+    # activations, into the next layer only.
     assert [s for s, _ in _data_inputs(graph, f"{level}/skip")
-            if forward[s][0] != "Const"] == [position, f"{level}/layer_1/Relu"]
+            if forward[s][0] != "Const"] == [position, f"{level}/layer_2/Relu"]
     assert sorted(n for n, (t, _) in forward.items() if t == "ConcatV2"
                   and n.startswith(f"{level}/") and position in read(n)) == [
                       f"{level}/skip"]

@@ -23,11 +23,12 @@ At every sample, the position is encoded by sin and cos at frequencies
 2^0 .. 2^9 with the position itself (63 features), the ray's unit view
 direction likewise at 2^0 .. 2^3 (27). The MLP: `depth` dense ReLU layers
 of `width` units (`layer_{j}`), the encoded position concatenated again to
-the input of `layer_{depth / 2}` (the paper's skip into the fifth layer of
-eight); a density head of one unit and a `width` feature layer without
-activation; the features with the encoded direction through a dense ReLU
-layer of width / 2 to a sigmoid RGB head. So density depends on the
-position only, colour on the direction too.
+the activations of `layer_{depth / 2}`, as the next layer's input (the
+paper's skip: into the sixth layer of eight); a density head of one unit
+and a `width` feature layer without activation; the features with the
+encoded direction through a dense ReLU layer of width / 2 to a sigmoid
+RGB head. So density depends on the position only, colour on the
+direction too.
 
 Volume rendering: the distances between a ray's consecutive samples (the
 last one 1e10, open to infinity) times the direction's norm; alpha = 1 -
@@ -143,9 +144,9 @@ def nerf(*, rays: int, coarse_samples: int, fine_samples: int,
   `coarse_samples` depths per ray, level i > 0 those of level i - 1 and
   `fine_samples` more (module doc); `depth` layers of `width` units per
   MLP."""
-  if min(rays, fine_samples, levels) < 1 or width < 2 or depth < 2:
+  if min(rays, fine_samples, levels) < 1 or width < 2 or depth < 3:
     raise ValueError("rays, fine_samples and levels must be at least 1, "
-                     "width and depth at least 2")
+                     "width at least 2 and depth at least 3")
   if coarse_samples < 3:
     raise ValueError(f"coarse_samples must be at least 3 (the PDF reads the "
                      f"inner samples' weights), got {coarse_samples}")
@@ -157,7 +158,7 @@ def nerf(*, rays: int, coarse_samples: int, fine_samples: int,
   keras = tf_keras.layers
   position_width = 3 + 6 * _POSITION_FREQUENCIES
   direction_width = 3 + 6 * _DIRECTION_FREQUENCIES
-  skip = depth // 2  # layer_{skip} reads the position again
+  skip = depth // 2 + 1  # layer_{skip} reads the position again
 
   def dense(units, inputs, name, activation=None):
     layer = keras.Dense(units, activation=activation, name=name)
