@@ -2970,3 +2970,278 @@ def test_hourglass_adam_updates_every_weight_and_batch_norms_their_stats():
             and n.startswith(("stem/", "stack_"))]
   assert len(moving) == 2 * norms
   assert all(_variables(graph, n) <= fixed for n in moving)
+
+
+def _tiny_nerf(**changes):
+  # Widths differ (2 rays, 5 coarse samples, 6 more per later level, 8
+  # units, 4 with the direction), so each shape names its tensor; depth 4
+  # puts the skip into layer_2.
+  args = dict(rays=2, coarse_samples=5, fine_samples=6, width=8, depth=4,
+              levels=3)
+  return _variant("tiny_nerf", families.NERF, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _nerf_graph():
+  """The tiny NeRF step, built once for the tests that only read it."""
+  return store.build_graph(_tiny_nerf(), DEVICES)
+
+
+@functools.lru_cache(maxsize=1)
+def _nerf_graph_def():
+  """The tiny NeRF step's GraphDef, for the tests that run parts of it."""
+  return store._extract(_tiny_nerf()).meta_graph.graph_def  # pylint: disable=protected-access
+
+
+def _run_nerf(fetch: str, feeds: dict):
+  """`_run_op` on the tiny NeRF step."""
+  return _run_op(_nerf_graph_def(), fetch, feeds)
+
+
+_NERF_LEVELS = ("level_0", "level_1", "level_2")
+# Each level's depths: stratified at level 0, merged and sorted after.
+_NERF_DEPTHS = ("level_0/sample/depths", "level_1/sample/sort/sorted",
+                "level_2/sample/sort/sorted")
+
+
+def test_nerf_levels_are_numbered_stages_each_with_its_own_mlp():
+  graph = _nerf_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # Every op of level i, forward and backward, sits at stage i / 2; inside
+  # a level its MLP's layers are numbered siblings.
+  _assert_layers_are_stages(graph, _NERF_LEVELS, min_ops=100, step=0.5,
+                            stem="level_")
+  inner = {found[1] for found in map(scopes.numbered_scopes, graph.node_names)
+           if len(found) > 1 and "/layer_" in found[1]}
+  assert inner == {f"{level}/layer_{j}" for level in _NERF_LEVELS
+                   for j in range(4)}
+  kernels = {"layer_0": (63, 8), "layer_1": (8, 8), "layer_2": (8, 8),
+             "layer_3": (8 + 63, 8), "density": (8, 1), "feature": (8, 8),
+             "directional": (8 + 27, 4), "rgb": (4, 3)}
+  for level, samples in zip(_NERF_LEVELS, (5, 11, 17)):
+    n = 2 * samples
+    position = f"{level}/encode_position/features"
+    inputs = {"layer_0": position, "layer_1": f"{level}/layer_0/Relu",
+              "layer_2": f"{level}/layer_1/Relu", "layer_3": f"{level}/skip",
+              "density": f"{level}/layer_3/Relu",
+              "feature": f"{level}/layer_3/Relu",
+              "directional": f"{level}/with_direction",
+              "rgb": f"{level}/directional/Relu"}
+    for layer, source in inputs.items():
+      matmul = f"{level}/{layer}/MatMul"
+      (kernel,) = read(matmul) - {source}
+      assert forward[kernel] == ("ReadVariableOp", kernels[layer]), matmul
+      assert forward[matmul][1] == (n, kernels[layer][1]), matmul
+    # The skip: the encoded position again, before layer depth / 2's
+    # activations, into the next layer only.
+    assert [s for s, _ in _data_inputs(graph, f"{level}/skip")
+            if forward[s][0] != "Const"] == [position, f"{level}/layer_2/Relu"]
+    assert sorted(n for n, (t, _) in forward.items() if t == "ConcatV2"
+                  and n.startswith(f"{level}/") and position in read(n)) == [
+                      f"{level}/skip"]
+    # ReLU in the trunk and the directional layer, none on the density
+    # and the features, a sigmoid on the colour.
+    relus = sorted(n for n, (t, _) in forward.items()
+                   if t == "Relu" and n.startswith(f"{level}/"))
+    assert relus == sorted([f"{level}/layer_{j}/Relu" for j in range(4)]
+                           + [f"{level}/directional/Relu",
+                              f"{level}/render/nonnegative"])
+    assert read(f"{level}/with_direction") == {
+        f"{level}/feature/BiasAdd", f"{level}/encode_direction/features"}
+    assert read(f"{level}/render/density") == {f"{level}/density/BiasAdd"}
+    assert read(f"{level}/rgb/Sigmoid") == {f"{level}/rgb/BiasAdd"}
+    assert read(f"{level}/render/colour") == {f"{level}/rgb/Sigmoid"}
+  # Three MLPs of their own: no level reads another's weights.
+  weights = [{v for n, (t, _) in forward.items() if t == "ReadVariableOp"
+              and n.startswith(f"{level}/") and "/MatMul/" in n
+              for v in _variables(graph, n)} for level in _NERF_LEVELS]
+  assert [len(w) for w in weights] == [8, 8, 8]
+  assert not (weights[0] & weights[1] or weights[1] & weights[2]
+              or weights[0] & weights[2])
+  assert graph.metadata["unknown_shape_nodes"] == 0
+  with pytest.raises(ValueError, match="coarse_samples"):
+    store.build_graph(_tiny_nerf(coarse_samples=2), DEVICES)
+  with pytest.raises(ValueError, match="depth"):
+    store.build_graph(_tiny_nerf(depth=1), DEVICES)
+
+
+def test_nerf_encodes_positions_and_directions_by_sin_and_cos():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _nerf_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  rng = np.random.default_rng(5)
+  for level, samples, depths in zip(_NERF_LEVELS, (5, 11, 17), _NERF_DEPTHS):
+    n = 2 * samples
+    # The level's points on its own depths, the rays' unit directions.
+    (points,) = read(f"{level}/encode_position/Reshape")
+    assert points == f"{level}/points"
+    assert depths in _ancestors(graph, [points]), level
+    assert forward[f"{level}/encode_position/features"][1] == (n, 63)
+    assert forward[f"{level}/encode_direction/features"][1] == (n, 27)
+    assert "rays/views" in _ancestors(
+        graph, [f"{level}/encode_direction/features"])
+  # Run on values of our own: x, then sin and cos of 2^k x per frequency.
+  for part, frequencies in (("position", 10), ("direction", 4)):
+    x = rng.normal(size=(10, 3)).astype(np.float32)
+    expected = [x]
+    for k in range(frequencies):
+      expected += [np.sin(2.0 ** k * x), np.cos(2.0 ** k * x)]
+    got = _run_nerf(f"level_0/encode_{part}/features",
+                    {f"level_0/encode_{part}/Reshape": x})
+    np.testing.assert_allclose(got, np.concatenate(expected, -1), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_nerf_finer_levels_sample_the_previous_weights_and_sort():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _nerf_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  for i, level in enumerate(_NERF_LEVELS[1:], 1):
+    sample, previous = f"{level}/sample", _NERF_LEVELS[i - 1]
+    # The PDF: the previous level's inner weights, frozen, plus 1e-5.
+    frozen = f"{sample}/frozen_weights"
+    assert forward[frozen][0] == "StopGradient"
+    (inner,) = read(frozen)
+    assert read(inner) == {f"{previous}/render/weights"}
+    assert frozen in _ancestors(graph, [f"{sample}/pdf"])
+    # Inverted by searchsorted (right) of 6 uniform draws per ray in the
+    # CDF, interpolated in the bins between the previous depths.
+    assert read(f"{sample}/index") == {f"{sample}/cdf",
+                                       f"{sample}/uniform/RandomUniform"}
+    assert forward[f"{sample}/index"] == ("UpperBound", (2, 6))
+    assert f"{sample}/pdf" in _ancestors(graph, [f"{sample}/cdf"])
+    assert _NERF_DEPTHS[i - 1] in _ancestors(graph, [f"{sample}/bins"])
+    # Merged with the previous depths and sorted: the level's depths.
+    assert read(f"{sample}/merged") == {_NERF_DEPTHS[i - 1],
+                                        f"{sample}/depths"}
+    assert forward[f"{sample}/sort/top_k"] == ("TopKV2", (2, 5 + 6 * i))
+    assert read(f"{sample}/sort/negated") == {f"{sample}/merged"}
+    # No gradient through the sampling.
+    assert not [n for n in graph.node_names
+                if n.startswith(f"gradient_tape/{sample}/")], level
+  assert forward["level_0/sample/offsets/RandomUniform"][1] == (2, 5)
+  # Run on values of our own. Level 0: one depth in each of 5 equal bins
+  # of [2, 6] at the drawn offset.
+  rng = np.random.default_rng(6)
+  offsets = rng.uniform(size=(2, 5)).astype(np.float32)
+  np.testing.assert_allclose(
+      _run_nerf("level_0/sample/depths",
+                {"level_0/sample/offsets/RandomUniform": offsets}),
+      2.0 + 0.8 * (np.arange(5) + offsets), rtol=1e-5)
+  # Level 1: the inverse of the piecewise-linear CDF over the mid-points,
+  # merged and sorted.
+  depths = np.sort(rng.uniform(2, 6, size=(2, 5)), -1).astype(np.float32)
+  weights = rng.uniform(size=(2, 5)).astype(np.float32)
+  u = rng.uniform(size=(2, 6)).astype(np.float32)
+  bins = 0.5 * (depths[:, 1:] + depths[:, :-1])
+  pdf = weights[:, 1:-1] + 1e-5
+  pdf /= pdf.sum(-1, keepdims=True)
+  cdf = np.concatenate([np.zeros((2, 1)), np.cumsum(pdf, -1)], -1)
+  drawn = np.stack([np.interp(u[r], cdf[r], bins[r]) for r in range(2)])
+  got = _run_nerf("level_1/sample/sort/sorted", {
+      "level_0/sample/depths": depths, "level_0/render/weights": weights,
+      "level_1/sample/uniform/RandomUniform": u})
+  np.testing.assert_allclose(
+      got, np.sort(np.concatenate([depths, drawn], -1), -1), rtol=1e-5)
+
+
+def test_nerf_renders_by_an_exclusive_product_of_transmittance():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _nerf_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  for level, samples, depths in zip(_NERF_LEVELS, (5, 11, 17), _NERF_DEPTHS):
+    render = f"{level}/render"
+    assert forward[f"{render}/transmittance"] == ("Cumprod", (2, samples))
+    assert read(f"{render}/weights") == {f"{render}/alpha",
+                                         f"{render}/transmittance"}
+    assert forward[f"{render}/rgb"] == ("Sum", (2, 3))
+    assert depths in _ancestors(graph, [f"{render}/distances"])
+    assert "rays/norms" in read(f"{render}/distances")
+  # Run on values of our own: alpha from ReLU(density) times the distance
+  # to the next sample (the last 1e10) times |d|; each weight alpha times
+  # the product of (1 - alpha + 1e-10) over the samples before it.
+  rng = np.random.default_rng(7)
+  depths = np.sort(rng.uniform(2, 6, size=(2, 5)), -1).astype(np.float32)
+  density = rng.normal(size=(2, 5)).astype(np.float32)
+  colour = rng.uniform(size=(2, 5, 3)).astype(np.float32)
+  norms = rng.uniform(0.5, 2, size=(2, 1)).astype(np.float32)
+  distances = np.concatenate([np.diff(depths, axis=-1),
+                              np.full((2, 1), 1e10)], -1) * norms
+  alpha = 1 - np.exp(-np.maximum(density, 0) * distances)
+  kept = np.cumprod(1 - alpha + 1e-10, -1)
+  transmittance = np.concatenate([np.ones((2, 1)), kept[:, :-1]], -1)
+  weights = alpha * transmittance
+  feeds = {"level_0/sample/depths": depths, "level_0/render/density": density,
+           "level_0/render/colour": colour, "rays/norms": norms}
+  np.testing.assert_allclose(_run_nerf("level_0/render/weights", feeds),
+                             weights, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(_run_nerf("level_0/render/rgb", feeds),
+                             (weights[..., None] * colour).sum(-2),
+                             rtol=1e-5, atol=1e-7)
+
+
+def test_nerf_loss_sums_one_mean_squared_error_per_level():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _nerf_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  terms = {f"{level}/loss/mean" for level in _NERF_LEVELS}
+  assert forward["loss/total"][0] == "AddN"
+  assert read("loss/total") == terms
+  targets = set()
+  for level in _NERF_LEVELS:
+    error = f"{level}/loss/error"
+    assert read(f"{level}/loss/mean") == {f"{level}/loss/Square"}
+    assert read(f"{level}/loss/Square") == {error}
+    (target,) = read(error) - {f"{level}/render/rgb"}
+    assert forward[target] == ("ReadVariableOp", (2, 3))
+    targets |= _variables(graph, target)
+  # One target for all levels, neither the origins nor the directions.
+  assert len(targets) == 1
+  assert not targets & _variables(graph, "rays/views/ReadVariableOp")
+  # Run on values of our own: the sum over levels of the mean squared error.
+  rng = np.random.default_rng(8)
+  truth = rng.uniform(size=(2, 3)).astype(np.float32)
+  feeds, expected = {}, 0.0
+  for level in _NERF_LEVELS:
+    rgb = rng.uniform(size=(2, 3)).astype(np.float32)
+    (target,) = read(f"{level}/loss/error") - {f"{level}/render/rgb"}
+    feeds.update({f"{level}/render/rgb": rgb, target: truth})
+    expected += np.mean((rgb - truth) ** 2)
+  np.testing.assert_allclose(_run_nerf("loss/total", feeds), expected,
+                             rtol=1e-5)
+
+
+def test_nerf_adam_updates_every_levels_weights_from_its_own_loss():
+  graph = _nerf_graph()
+  names, types_ = graph.node_names, graph.op_types
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in _variables(graph, n):
+        updates.setdefault(v, []).append(n)
+  read_by = {level: {v for n, t in zip(names, types_)
+                     if t == "ReadVariableOp" and n.startswith(f"{level}/")
+                     for v in _variables(graph, n)}
+             for level in ("rays", *_NERF_LEVELS)}
+  read_forward = set().union(*read_by.values())
+  # Every variable the forward pass reads is updated once, but the
+  # origins, the directions and the target colours.
+  fixed = read_forward - set(updates)
+  assert len(fixed) == 3 and fixed >= read_by["rays"]
+  assert set(updates) == read_forward - fixed
+  # Per level a kernel and a bias for each of 4 trunk layers, the density
+  # head, the feature layer, the directional layer and the RGB head.
+  for i, level in enumerate(_NERF_LEVELS):
+    own = read_by[level] - fixed
+    assert len(own) == 2 * (4 + 4), level
+    # Each level's weights follow its own loss term only: the sampling
+    # passes no gradient from a later level back.
+    for v in own:
+      (step,) = updates[v]
+      upstream = _ancestors(graph, [step])
+      reached = [j for j, other in enumerate(_NERF_LEVELS)
+                 if any(n.startswith(f"gradient_tape/{other}/loss/")
+                        for n in upstream)]
+      assert reached == [i], (level, v)
+  assert len(updates) == 3 * 16
+  assert _count(graph, "AssignVariableOp") == 2 * len(updates)

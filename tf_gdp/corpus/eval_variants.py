@@ -185,6 +185,16 @@ def hourglasses(sizes):
           for image, stacks, features, keypoints, batch in sizes]
 
 
+def nerfs(sizes):
+  """(rays, coarse samples, fine samples per later level, MLP width, MLP
+  depth, levels) per variant; positions encoded at 10 frequencies,
+  directions at 4, depths between 2 and 6."""
+  return [(f"nerf_r{rays}_c{coarse}_f{fine}_w{width}_d{depth}_l{levels}",
+           dict(rays=rays, coarse_samples=coarse, fine_samples=fine,
+                width=width, depth=depth, levels=levels))
+          for rays, coarse, fine, width, depth, levels in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

@@ -18,15 +18,15 @@ DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
 language model, an EDSR super-resolution network, a convolutional
 sequence-to-sequence translation model, a Tacotron 2 text-to-speech
 model, a Mamba selective state-space language model, a VQ-VAE image
-autoencoder, a Gated PixelCNN autoregressive image model and a Stacked
-Hourglass pose estimator written with tf_keras layers (`transformers`,
-`recurrent`, `vision_models`, `recommenders`, `speech`, `gan`,
-`detector`, `moe`, `gnn`, `dual_encoder`, `perceiver`, `video`,
-`pointnet`, `swin`, `conformer`, `hrnet`, `diffusion`, `mobilevit`,
-`deeplab`, `captioner`, `llama`, `edsr`, `convs2s`, `tacotron`, `mamba`,
-`vqvae`, `pixelcnn`, `hourglass`), Keras 3
-applications and layers (`keras3_models`), the zoo's models
-(`tf_gdp.zoo`, with knobs) and generated graphs
+autoencoder, a Gated PixelCNN autoregressive image model, a Stacked
+Hourglass pose estimator and a NeRF neural radiance field written with
+tf_keras layers (`transformers`, `recurrent`, `vision_models`,
+`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
+`dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`, `conformer`,
+`hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`, `llama`,
+`edsr`, `convs2s`, `tacotron`, `mamba`, `vqvae`, `pixelcnn`,
+`hourglass`, `nerf`), Keras 3 applications and layers (`keras3_models`),
+the zoo's models (`tf_gdp.zoo`, with knobs) and generated graphs
 (`tf_gdp.graph.generators`). The evaluation families' variant names and
 arguments come from `eval_variants`.
 """
@@ -46,14 +46,15 @@ SPLITS = (TRAIN, EVAL)
  SPEECH, GAN, DETECTOR, MOE, GNN, KERAS3_APPLICATION, KERAS3_DECODER,
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
- LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE, PIXELCNN, HOURGLASS) = (
+ LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE, PIXELCNN, HOURGLASS,
+ NERF) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
      "llama", "edsr", "convs2s", "tacotron", "mamba", "vqvae", "pixelcnn",
-     "hourglass")
+     "hourglass", "nerf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,6 +457,18 @@ _FAMILIES = (
            "the stack's input; Adam (corpus.hourglass)",
            _variants("hourglass", HOURGLASS,
                      eval_variants.hourglasses(sizes.HOURGLASS_SIZES))),
+    Family("nerf", EVAL, "NeRF radiance field on a batch of rays: levels "
+           "(each its own numbered scope and MLP), the first at stratified "
+           "depths, each later one adding depths inverse-transform sampled "
+           "(searchsorted) from the previous level's weights under "
+           "stop_gradient, merged and sorted; positions and directions "
+           "encoded by sin and cos (63 and 27 features); dense ReLU layers, "
+           "the position concatenated again halfway, a density head, "
+           "features joined with the direction, a half-width ReLU layer, a "
+           "sigmoid RGB head; volume rendering (exclusive cumulative "
+           "product of transmittance); each level's mean squared error, "
+           "summed; Adam (corpus.nerf)",
+           _variants("nerf", NERF, eval_variants.nerfs(sizes.NERF_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

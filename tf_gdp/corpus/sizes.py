@@ -92,3 +92,7 @@ PIXELCNN_SIZES = ((32, 3, 128, 8, 72), (32, 3, 192, 15, 72),
 # one-device peak memory only.
 HOURGLASS_SIZES = ((128, 2, 128, 16, 71), (256, 2, 256, 16, 30),
                    (256, 3, 128, 16, 66), (256, 4, 256, 16, 59))
+# NeRF: (rays, coarse samples, fine samples, MLP width, MLP depth, levels),
+# by one-device peak memory only.
+NERF_SIZES = ((1280, 64, 128, 256, 8, 2), (3456, 64, 128, 256, 8, 2),
+              (6144, 64, 128, 256, 8, 2), (6784, 64, 128, 256, 8, 3))

@@ -133,6 +133,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import mamba
   from tf_gdp.corpus import mobilevit
   from tf_gdp.corpus import moe
+  from tf_gdp.corpus import nerf
   from tf_gdp.corpus import perceiver
   from tf_gdp.corpus import pixelcnn
   from tf_gdp.corpus import pointnet
@@ -188,6 +189,7 @@ def _extract(variant: families.Variant):
       families.VQVAE: lambda: vqvae.vqvae(**args),
       families.PIXELCNN: lambda: pixelcnn.pixelcnn(**args),
       families.HOURGLASS: lambda: hourglass.hourglass(**args),
+      families.NERF: lambda: nerf.nerf(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
