@@ -251,9 +251,4 @@ def nerf(*, rays: int, coarse_samples: int, fine_samples: int,
       terms.append(term)
     return terms
 
-  def loss(terms):
-    with tf.name_scope("loss"):
-      return tf.add_n(terms, name="total")
-
-  return training_steps.supervised_step(tf, forward, variables, loss,
-                                        optimizer)
+  return training_steps.summed_terms_step(tf, forward, variables, optimizer)

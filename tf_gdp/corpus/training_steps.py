@@ -119,6 +119,17 @@ def supervised_step(tf, model_fn, variables, loss_fn, optimizer: Optimizer):
   return step
 
 
+def summed_terms_step(tf, model_fn, variables, optimizer: Optimizer):
+  """The step of a model whose `model_fn()` gives loss terms (one per
+  stage of a model supervised at every stage): their sum, `loss/total`."""
+
+  def loss(terms):
+    with tf.name_scope("loss"):
+      return tf.add_n(terms, name="total")
+
+  return supervised_step(tf, model_fn, variables, loss, optimizer)
+
+
 def adam_softmax_step(tf, model_fn, variables, labels, learning_rate: float):
   """The step of `variables` trained by softmax cross-entropy of the logits
   `model_fn()` against integer `labels` (any leading shape), Adam."""
