@@ -3,6 +3,8 @@
 import pytest
 
 import bench_flags  # tests/ helper
+from tf_gdp import errors
+from tf_gdp.baselines import metis
 from tf_gdp.bench import metis_push_check
 from tf_gdp.cost import topology as topology_lib
 from tf_gdp.graph import generators
@@ -15,6 +17,19 @@ def test_check_prices_the_cut_and_the_baseline_with_its_part_count():
   assert 1 <= row["baseline_parts"] <= 4
   assert row["cut_valid"] and row["baseline_valid"]
   assert row["cut_over_baseline"] == row["cut_us"] / row["baseline_us"]
+  # Every part count from 2 is priced; all four parts is the cut itself.
+  assert sorted(row["cut_us_by_parts"]) == [2, 3, 4]
+  assert row["cut_us_by_parts"][4] == row["cut_us"]
+
+
+def test_a_cut_into_fewer_parts_uses_only_that_many_devices():
+  graph = generators.random_grid_graph(300)
+  topology = topology_lib.get("p100x4")
+  for parts in (2, 3):
+    cut = metis.partition_devices(graph, topology, num_parts=parts)
+    assert len(set(cut.tolist())) == parts and (cut >= 0).all()
+  with pytest.raises(errors.InputError, match="num_parts"):
+    metis.partition_devices(graph, topology, num_parts=5)
 
 
 def test_summary_counts_misses_and_those_with_fewer_parts():
@@ -25,6 +40,15 @@ def test_summary_counts_misses_and_those_with_fewer_parts():
   assert metis_push_check.summary(rows) == (
       "the cut is more than 5% slower than METIS on 2 of 3 pairs; on 1 of "
       "them METIS used fewer parts than there are devices")
+  # With the cuts into fewer parts: the first row's two-part cut is within
+  # 5%, its three- and four-part cuts are not; the second misses with all.
+  by_parts = ({2: 100.0, 3: 130.0, 4: 120.0}, {2: 130.0, 3: None, 4: 120.0},
+              {2: 101.0, 3: 101.0, 4: 101.0})
+  for row, times in zip(rows, by_parts):
+    row.update(cut_us_by_parts=times, baseline_us=100.0)
+  assert metis_push_check.summary(rows).endswith(
+      "; the fastest cut into 2 to that many parts misses on 1 of 3, the "
+      "faster of the cuts into all and into one fewer on 2")
 
 
 @pytest.mark.parametrize("flag", ["--graphs=bogus_graph",

@@ -97,18 +97,27 @@ def place(graph: op_graph.OpGraph, topology: topology_lib.Topology, *,
 
 def partition_devices(graph: op_graph.OpGraph,
                       topology: topology_lib.Topology, *,
-                      seed: int = 0) -> np.ndarray:
+                      seed: int = 0,
+                      num_parts: Optional[int] = None) -> np.ndarray:
   """int64[n]: each op's device in one balanced cut over the primary devices.
 
-  The textbook METIS placement without its fix-ups: part i of a p-way cut
-  of the group graph goes to the i-th primary device, and ops whose group
-  may not run on every primary device get -1, as does every op when there
-  are fewer than two primary devices. Memory is not considered; a caller
-  that needs a valid placement repairs it (`repair`). The policy's
-  exploration pushes towards this cut (`policy.features`).
+  The textbook METIS placement without its fix-ups: part i of a k-way cut
+  of the group graph goes to the i-th of the k primary devices (k =
+  `num_parts`, the devices with the most memory; None: all of them), and
+  ops whose group may not run on every one of them get -1, as does every op
+  when k < 2. Memory is not considered; a caller that needs a valid
+  placement repairs it (`repair`). The policy's exploration pushes towards
+  the cut over all primary devices (`policy.features`).
   """
   view = common.group_view(graph, topology)
   devices = view.primary
+  if num_parts is not None:
+    if not 1 <= num_parts <= devices.size:
+      raise errors.InputError(
+          f"num_parts must be in [1, {devices.size}] (the primary devices), "
+          f"got {num_parts}")
+    memory = topology.memory_bytes[devices]
+    devices = devices[np.argsort(-memory, kind="stable")[:num_parts]]
   free = view.allowed[:, devices].all(axis=1)
   group_device = np.full(view.num_groups, -1, np.int64)
   if devices.size >= 2 and free.any():
