@@ -3245,3 +3245,428 @@ def test_nerf_adam_updates_every_levels_weights_from_its_own_loss():
       assert reached == [i], (level, v)
   assert len(updates) == 3 * 16
   assert _count(graph, "AssignVariableOp") == 2 * len(updates)
+
+
+def _tiny_glow(**changes):
+  # Widths differ (2 images of 16x16, 7 channels in the couplings'
+  # networks), so each shape names its tensor; 3 levels of 2 flow steps on
+  # 12 channels at 8x8, 24 at 4x4 and 48 at 2x2.
+  args = dict(image_size=16, levels=3, steps=2, width=7, batch=2)
+  return _variant("tiny_glow", families.GLOW, **{**args, **changes})
+
+
+@functools.lru_cache(maxsize=1)
+def _glow_graph():
+  """The tiny Glow step, built once for the tests that only read it."""
+  return store.build_graph(_tiny_glow(), DEVICES)
+
+
+@functools.lru_cache(maxsize=1)
+def _glow_graph_def():
+  """The tiny Glow step's GraphDef, for the tests that run parts of it."""
+  return store._extract(_tiny_glow()).meta_graph.graph_def  # pylint: disable=protected-access
+
+
+def _run_glow(fetch: str, feeds: dict):
+  """`_run_op` on the tiny Glow step."""
+  return _run_op(_glow_graph_def(), fetch, feeds)
+
+
+_GLOW_LEVELS = ("level_0", "level_1", "level_2")
+# Each level's side and channels after its squeeze.
+_GLOW_SHAPES = ((8, 12), (4, 24), (2, 48))
+_GLOW_STEPS = tuple((f"{level}/step_{j}", side, channels)
+                    for level, (side, channels) in zip(_GLOW_LEVELS,
+                                                       _GLOW_SHAPES)
+                    for j in range(2))
+
+
+def _space_to_depth(x):
+  """TF's space-to-depth by 2 in NumPy: channel (2 dy + dx) c + k of pixel
+  (i, j) is channel k of pixel (2i + dy, 2j + dx)."""
+  b, h, w, c = x.shape
+  return (x.reshape(b, h // 2, 2, w // 2, 2, c).transpose(0, 1, 3, 2, 4, 5)
+          .reshape(b, h // 2, w // 2, 4 * c))
+
+
+def _glow_lu(p, lower, upper, sign, log_s):
+  """W = P (tril(L, -1) + I) (triu(U, 1) + diag(sign exp(log_s)))."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  c = len(log_s)
+  return p @ (np.tril(lower, -1) + np.eye(c)) @ (
+      np.triu(upper, 1) + np.diag(sign * np.exp(log_s)))
+
+
+def _glow_log_normal(x, mean, log_std):
+  """Each image's log-density of x under N(mean, exp(log_std)^2)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return -(0.5 * np.log(2 * np.pi) + log_std
+           + 0.5 * ((x - mean) * np.exp(-log_std)) ** 2).sum((1, 2, 3))
+
+
+def test_glow_levels_squeeze_then_run_their_numbered_flow_steps():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _glow_graph()
+  forward, _ = _model_ops(graph, "", constants=False)
+  # Every op of level i, forward and backward, sits at stage i / 2; inside
+  # a level its flow steps are numbered siblings.
+  _assert_layers_are_stages(graph, _GLOW_LEVELS, min_ops=300, step=0.5,
+                            stem="level_")
+  inner = {found[1] for found in map(scopes.numbered_scopes, graph.node_names)
+           if len(found) > 1 and "/step_" in found[1]}
+  assert inner == {step for step, _, _ in _GLOW_STEPS}
+  # Each level squeezes what the last one kept (the images first): half
+  # the side, 4x the channels; then its steps in a chain, each on the
+  # last one's output, then the split (the last level: the prior).
+  assert forward["inputs/x"] == ("Sub", (2, 16, 16, 3))
+  source = ("inputs/x", 0)
+  for i, (level, (side, channels)) in enumerate(zip(_GLOW_LEVELS,
+                                                    _GLOW_SHAPES)):
+    squeeze = f"{level}/squeeze"
+    assert forward[squeeze] == ("SpaceToDepth", (2, side, side, channels))
+    assert _data_inputs(graph, squeeze) == [source], level
+    assert forward[source[0]][1] == (2, 2 * side, 2 * side, channels // 4)
+    stream = squeeze
+    for j in range(2):
+      step = f"{level}/step_{j}"
+      assert _data_inputs(graph, f"{step}/actnorm/scaled")[0] == (stream, 0)
+      stream = f"{step}/coupling/y"
+      assert forward[stream] == ("ConcatV2", (2, side, side, channels))
+    if i < len(_GLOW_LEVELS) - 1:
+      split = f"{level}/split/halves"
+      assert (stream, 0) in _data_inputs(graph, split)
+      assert forward[split] == ("Split", (2, side, side, channels // 2))
+      source = (split, 0)
+    else:
+      assert _data_inputs(graph, f"{level}/prior/centred")[0] == (stream, 0)
+  # Run on values of our own: the squeeze is space-to-depth by 2.
+  x = np.random.default_rng(9).uniform(-0.5, 0.5, (2, 16, 16, 3))
+  np.testing.assert_array_equal(
+      _run_glow("level_0/squeeze", {"inputs/x": x.astype(np.float32)}),
+      _space_to_depth(x.astype(np.float32)))
+  assert graph.metadata["unknown_shape_nodes"] == 0
+  with pytest.raises(ValueError, match="multiple of 8"):
+    store.build_graph(_tiny_glow(image_size=20), DEVICES)
+  with pytest.raises(ValueError, match="at least 1"):
+    store.build_graph(_tiny_glow(steps=0), DEVICES)
+
+
+def test_glow_flow_steps_are_actnorm_then_lu_convolution_then_coupling():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _glow_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # The 1x1 convolution's log-det comes from log |s|: no op computes a
+  # determinant, an inverse or a decomposition.
+  assert not [t for t in set(graph.op_types) if "Determinant" in t
+              or t in ("MatrixInverse", "MatrixSolve", "Svd", "Qr", "Lu")]
+  for step, side, c in _GLOW_STEPS:
+    actnorm, conv = f"{step}/actnorm", f"{step}/invertible_conv"
+    # Actnorm, then the 1x1 convolution by W, then the coupling.
+    assert forward[f"{actnorm}/y"] == ("AddV2", (2, side, side, c))
+    assert _data_inputs(graph, f"{conv}/conv") == [(f"{actnorm}/y", 0),
+                                                   (f"{conv}/kernel", 0)]
+    assert forward[f"{conv}/kernel"] == ("Reshape", (1, 1, c, c))
+    assert read(f"{conv}/kernel") == {f"{conv}/weight"}
+    assert _data_inputs(graph, f"{step}/coupling/halves")[1] == (
+        f"{conv}/conv", 0)
+    # W = P (masked L + I) (masked U + diag(sign(s) exp(log |s|))); P, L,
+    # U, sign(s) and log |s| five variables of their own.
+    (p,) = read(f"{conv}/weight") - {f"{conv}/MatMul"}
+    assert read(f"{conv}/MatMul") == {f"{conv}/unit_lower", f"{conv}/upper"}
+    assert f"{conv}/masked_lower" in read(f"{conv}/unit_lower")
+    assert read(f"{conv}/upper") == {f"{conv}/masked_upper",
+                                     f"{conv}/diagonal"}
+    assert read(f"{conv}/diagonal") == {f"{conv}/s"}
+    reads = {"permutation": p,
+             "lower": f"{conv}/masked_lower/ReadVariableOp",
+             "upper": f"{conv}/masked_upper/ReadVariableOp",
+             "sign": f"{conv}/s/ReadVariableOp",
+             "log_s": f"{conv}/abs_s/ReadVariableOp"}
+    shapes = {name: forward[r] for name, r in reads.items()}
+    assert shapes == {name: ("ReadVariableOp", (c, c) if name in (
+        "permutation", "lower", "upper") else (c,)) for name in reads}
+    owned = [_variables(graph, r) for r in reads.values()]
+    assert len(set().union(*owned)) == 5, step
+    # Both log-dets read their own scale: H W sum(log |s|).
+    assert _variables(graph, f"{conv}/sum_log_abs_s/ReadVariableOp") == (
+        _variables(graph, reads["log_s"]))
+    assert read(f"{conv}/log_det") == {f"{conv}/sum_log_abs_s"}
+    assert _variables(graph, f"{actnorm}/abs_scale/ReadVariableOp") == (
+        _variables(graph, f"{actnorm}/scaled/ReadVariableOp"))
+  # Run on values of our own (level 0's first step, 12 channels at 8x8).
+  rng = np.random.default_rng(10)
+  f32 = lambda *shape: rng.normal(size=shape).astype(np.float32)
+  actnorm, conv = "level_0/step_0/actnorm", "level_0/step_0/invertible_conv"
+  x, scale, bias = f32(2, 8, 8, 12), f32(12), f32(12)
+  np.testing.assert_allclose(_run_glow(f"{actnorm}/y", {
+      "level_0/squeeze": x, f"{actnorm}/scaled/ReadVariableOp": scale,
+      f"{actnorm}/y/ReadVariableOp": bias}), x * scale + bias, rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(_run_glow(f"{actnorm}/log_det", {
+      f"{actnorm}/abs_scale/ReadVariableOp": scale}),
+                             64 * np.log(np.abs(scale)).sum(), rtol=1e-5)
+  p = np.eye(12, dtype=np.float32)[rng.permutation(12)]
+  lower, upper, log_s = f32(12, 12), f32(12, 12), 0.3 * f32(12)
+  sign = np.sign(f32(12))
+  w = _run_glow(f"{conv}/weight", {
+      f"{conv}/weight/ReadVariableOp": p,
+      f"{conv}/masked_lower/ReadVariableOp": lower,
+      f"{conv}/masked_upper/ReadVariableOp": upper,
+      f"{conv}/s/ReadVariableOp": sign, f"{conv}/abs_s/ReadVariableOp": log_s})
+  np.testing.assert_allclose(w, _glow_lu(p, lower, upper, sign, log_s),
+                             rtol=1e-4, atol=1e-5)
+  # Its log-det, 64 sum(log |s|), is 64 log |det W|.
+  log_det = _run_glow(f"{conv}/log_det", {
+      f"{conv}/sum_log_abs_s/ReadVariableOp": log_s})
+  np.testing.assert_allclose(log_det, 64 * np.linalg.slogdet(w)[1],
+                             rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(_run_glow(f"{conv}/conv", {
+      f"{actnorm}/y": x, f"{conv}/kernel": w.reshape(1, 1, 12, 12)}), x @ w,
+                             rtol=1e-4, atol=1e-5)
+
+
+def test_glow_coupling_shifts_and_scales_half_by_sigmoid_of_raw_plus_2():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _glow_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  for step, side, c in _GLOW_STEPS:
+    coupling = f"{step}/coupling"
+    # The network reads the first half: a 3x3 convolution to 7, ReLU, a
+    # 1x1 convolution, ReLU and a 3x3 convolution to c, its halves the
+    # shift and the raw scale.
+    kernels = {"conv_in": (3, 3, c // 2, 7), "conv_hidden": (1, 1, 7, 7),
+               "conv_out": (3, 3, 7, c)}
+    inputs = {"conv_in": (f"{coupling}/halves", 0),
+              "conv_hidden": (f"{coupling}/conv_in/Relu", 0),
+              "conv_out": (f"{coupling}/conv_hidden/Relu", 0)}
+    for layer, source in inputs.items():
+      (data, kernel) = _data_inputs(graph, f"{coupling}/{layer}/Conv2D")
+      assert data == source, (step, layer)
+      assert forward[kernel[0]] == ("ReadVariableOp", kernels[layer])
+    assert forward[f"{coupling}/conv_out/BiasAdd"][1] == (2, side, side, c)
+    assert read(f"{coupling}/shift_and_scale") == {
+        f"{coupling}/conv_out/BiasAdd"}
+    # The second half: (b + shift) x sigmoid(raw + 2), after the first.
+    assert _data_inputs(graph, f"{coupling}/shifted") == [
+        (f"{coupling}/halves", 1), (f"{coupling}/shift_and_scale", 0)]
+    assert _data_inputs(graph, f"{coupling}/raised")[0] == (
+        f"{coupling}/shift_and_scale", 1)
+    assert forward[f"{coupling}/scale"][0] == "Sigmoid"
+    assert read(f"{coupling}/coupled") == {f"{coupling}/shifted",
+                                           f"{coupling}/scale"}
+    assert _data_inputs(graph, f"{coupling}/y")[:2] == [
+        (f"{coupling}/halves", 0), (f"{coupling}/coupled", 0)]
+    assert forward[f"{coupling}/log_det"] == ("Sum", (2,))
+  # Run on values of our own: the step's input and the network's output.
+  rng = np.random.default_rng(11)
+  x, h = (rng.normal(size=(2, 8, 8, 12)).astype(np.float32)
+          for _ in range(2))
+  coupling = "level_0/step_0/coupling"
+  feeds = {"level_0/step_0/invertible_conv/conv": x,
+           f"{coupling}/conv_out/BiasAdd": h}
+  scale = 1 / (1 + np.exp(-(h[..., 6:] + 2)))
+  np.testing.assert_allclose(
+      _run_glow(f"{coupling}/y", feeds),
+      np.concatenate([x[..., :6], (x[..., 6:] + h[..., :6]) * scale], -1),
+      rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(_run_glow(f"{coupling}/log_det", feeds),
+                             np.log(scale).sum((1, 2, 3)), rtol=1e-5)
+
+
+def test_glow_splits_score_the_factored_half_given_the_kept_half():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _glow_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  for level, (side, c) in zip(_GLOW_LEVELS[:-1], _GLOW_SHAPES):
+    split = f"{level}/split"
+    # A 3x3 convolution of the kept half gives the mean and log-std of the
+    # factored half's Gaussian.
+    data, kernel = _data_inputs(graph, f"{split}/conv_prior/Conv2D")
+    assert data == (f"{split}/halves", 0)
+    assert forward[kernel[0]] == ("ReadVariableOp", (3, 3, c // 2, c))
+    assert read(f"{split}/gaussian") == {f"{split}/conv_prior/BiasAdd"}
+    assert _data_inputs(graph, f"{split}/centred") == [
+        (f"{split}/halves", 1), (f"{split}/gaussian", 0)]
+    assert (f"{split}/gaussian", 1) in _data_inputs(graph,
+                                                    f"{split}/normaliser")
+    assert (f"{split}/gaussian", 1) in _data_inputs(
+        graph, f"{split}/negative_log_std")
+    assert forward[f"{split}/log_prob"] == ("Neg", (2,))
+  # The last level's output under a Gaussian of learned per-channel mean
+  # and log-std.
+  prior = "level_2/prior"
+  mean = _variables(graph, f"{prior}/centred/ReadVariableOp")
+  log_std = _variables(graph, f"{prior}/normaliser/ReadVariableOp")
+  assert forward[f"{prior}/centred/ReadVariableOp"][1] == (48,)
+  assert log_std == _variables(graph,
+                               f"{prior}/negative_log_std/ReadVariableOp")
+  assert len(mean | log_std) == 2
+  # Run on values of our own: level 0's last output and the prior's
+  # convolution.
+  rng = np.random.default_rng(12)
+  y, h = (rng.normal(size=(2, 8, 8, 12)).astype(np.float32)
+          for _ in range(2))
+  np.testing.assert_allclose(_run_glow("level_0/split/log_prob", {
+      "level_0/step_1/coupling/y": y, "level_0/split/conv_prior/BiasAdd": h}),
+                             _glow_log_normal(y[..., 6:], h[..., :6],
+                                              h[..., 6:]), rtol=1e-5)
+
+
+def test_glow_loss_is_the_bits_per_dimension_of_every_term():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  graph = _glow_graph()
+  forward, read = _model_ops(graph, "", constants=False)
+  # Every actnorm's and 1x1 convolution's log-det, every coupling's, every
+  # split's and the last prior's log-probability.
+  steps = [step for step, _, _ in _GLOW_STEPS]
+  assert read("loss/weight_log_dets") == {
+      f"{step}/{part}/log_det" for step in steps
+      for part in ("actnorm", "invertible_conv")}
+  assert read("loss/coupling_log_dets") == {f"{step}/coupling/log_det"
+                                            for step in steps}
+  assert read("loss/prior_log_probs") == {
+      "level_0/split/log_prob", "level_1/split/log_prob",
+      "level_2/prior/log_prob"}
+  assert forward["loss/mean"] == ("Mean", ())
+  # Dequantisation: (the integer values + uniform noise) / 256 - 0.5.
+  rng = np.random.default_rng(13)
+  images = rng.integers(0, 256, (2, 16, 16, 3)).astype(np.int32)
+  noise = rng.uniform(size=(2, 16, 16, 3)).astype(np.float32)
+  np.testing.assert_allclose(_run_glow("inputs/x", {
+      "inputs/Cast/ReadVariableOp": images,
+      "inputs/noise/RandomUniform": noise}), (images + noise) / 256 - 0.5,
+                             rtol=1e-6, atol=1e-6)
+  # Run the whole flow on values of our own: the weights, the couplings'
+  # networks' outputs and the priors' parameters, against the same flow
+  # written in NumPy.
+  f32 = lambda *shape, s=1.0: (s * rng.normal(size=shape)).astype(np.float32)
+  x = rng.uniform(-0.5, 0.5, (2, 16, 16, 3)).astype(np.float32)
+  feeds = {"inputs/x": x}
+  log_likelihood = np.full(2, -768 * np.log(256))
+  for i, level in enumerate(_GLOW_LEVELS):
+    x = _space_to_depth(x)
+    side, c = x.shape[1], x.shape[3]
+    for j in range(2):
+      step = f"{level}/step_{j}"
+      actnorm, conv = f"{step}/actnorm", f"{step}/invertible_conv"
+      scale, bias = 1 + f32(c, s=0.1), f32(c, s=0.1)
+      p = np.eye(c, dtype=np.float32)[rng.permutation(c)]
+      lower, upper, log_s = f32(c, c, s=0.1), f32(c, c, s=0.1), f32(c, s=0.1)
+      sign = np.sign(f32(c))
+      h = f32(2, side, side, c, s=0.5)
+      feeds.update({
+          f"{actnorm}/scaled/ReadVariableOp": scale,
+          f"{actnorm}/abs_scale/ReadVariableOp": scale,
+          f"{actnorm}/y/ReadVariableOp": bias,
+          f"{conv}/weight/ReadVariableOp": p,
+          f"{conv}/masked_lower/ReadVariableOp": lower,
+          f"{conv}/masked_upper/ReadVariableOp": upper,
+          f"{conv}/s/ReadVariableOp": sign,
+          f"{conv}/abs_s/ReadVariableOp": log_s,
+          f"{conv}/sum_log_abs_s/ReadVariableOp": log_s,
+          f"{step}/coupling/conv_out/BiasAdd": h})
+      x = x * scale + bias
+      x = x @ _glow_lu(p, lower, upper, sign, log_s)
+      coupling_scale = 1 / (1 + np.exp(-(h[..., c // 2:] + 2)))
+      x = np.concatenate([x[..., :c // 2],
+                          (x[..., c // 2:] + h[..., :c // 2]) * coupling_scale],
+                         -1)
+      log_likelihood += side * side * (np.log(np.abs(scale)).sum()
+                                       + log_s.sum())
+      log_likelihood += np.log(coupling_scale).sum((1, 2, 3))
+    if i < len(_GLOW_LEVELS) - 1:
+      h = f32(2, side, side, c, s=0.3)
+      feeds[f"{level}/split/conv_prior/BiasAdd"] = h
+      log_likelihood += _glow_log_normal(x[..., c // 2:], h[..., :c // 2],
+                                         h[..., c // 2:])
+      x = x[..., :c // 2]
+    else:
+      mean, log_std = f32(c, s=0.3), f32(c, s=0.3)
+      feeds.update({f"{level}/prior/centred/ReadVariableOp": mean,
+                    f"{level}/prior/normaliser/ReadVariableOp": log_std,
+                    f"{level}/prior/negative_log_std/ReadVariableOp": log_std})
+      log_likelihood += _glow_log_normal(x, mean, log_std)
+  expected = np.mean(-log_likelihood / (768 * np.log(2)))
+  np.testing.assert_allclose(_run_glow("loss/mean", feeds), expected,
+                             rtol=1e-4)
+
+
+def test_glow_starts_from_rotations_and_zero_couplings_and_priors(
+    monkeypatch):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from grappler_bridge import unallocated_variables  # pylint: disable=g-import-not-at-top
+  from tf_gdp.corpus import glow  # pylint: disable=g-import-not-at-top
+  tf, _ = training_steps.libraries()
+  made = {}
+
+  def record(next_creator, **kwargs):
+    variable = next_creator(**kwargs)
+    made.setdefault(variable.name.split(":")[0], []).append(variable)
+    return variable
+
+  # The model's variables made as real ones, recorded, to read their
+  # starting values.
+  monkeypatch.setattr(unallocated_variables, "scope",
+                      lambda: tf.variable_creator_scope(record))
+  glow.glow(**_tiny_glow().args)
+  value = lambda name, k=0: made[name][k].numpy()
+  for step, _, c in _GLOW_STEPS:
+    # Actnorm: the identity.
+    np.testing.assert_array_equal(value(f"{step}/actnorm/scale"), np.ones(c))
+    np.testing.assert_array_equal(value(f"{step}/actnorm/bias"), np.zeros(c))
+    # The 1x1 convolution: a rotation, so its log-det starts at 0; P and
+    # sign(s) are not trained.
+    conv = f"{step}/invertible_conv"
+    factors = [value(f"{conv}/{name}") for name in (
+        "permutation", "lower", "upper", "sign", "log_scale")]
+    w = _glow_lu(*factors)
+    np.testing.assert_allclose(w @ w.T, np.eye(c), atol=1e-5)
+    assert abs(factors[-1].sum()) < 1e-4
+    assert sorted(factors[0].sum(0)) == sorted(factors[0].sum(1)) == [1] * c
+    assert not made[f"{conv}/permutation"][0].trainable
+    assert not made[f"{conv}/sign"][0].trainable
+    # The coupling: the network's last convolution (kernel and bias) at
+    # zero, the others not: the step starts as b x sigmoid(2).
+    kernels, biases = made[f"{step}/coupling/kernel"], made[
+        f"{step}/coupling/bias"]
+    assert [k.shape for k in kernels] == [(3, 3, c // 2, 7), (1, 1, 7, 7),
+                                          (3, 3, 7, c)]
+    assert np.abs(kernels[0].numpy()).sum() > 0
+    assert np.abs(kernels[1].numpy()).sum() > 0
+    assert not np.abs(kernels[2].numpy()).any()
+    assert not np.abs(biases[2].numpy()).any()
+  # The priors: the splits' convolutions and the last Gaussian at zero, a
+  # standard normal.
+  for level in _GLOW_LEVELS[:-1]:
+    assert not value(f"{level}/split/kernel").any()
+    assert not value(f"{level}/split/bias").any()
+  assert not value("level_2/prior/mean").any()
+  assert not value("level_2/prior/log_std").any()
+
+
+def test_glow_adam_updates_every_weight_but_p_and_the_signs():
+  graph = _glow_graph()
+  names, types_ = graph.node_names, graph.op_types
+  updates = {}
+  for n, t in zip(names, types_):
+    if t == "AssignSubVariableOp":
+      for v in _variables(graph, n):
+        updates.setdefault(v, []).append(n)
+  read_forward = {v for n, t in zip(names, types_) if t == "ReadVariableOp"
+                  and n.startswith(("inputs/", "level_"))
+                  for v in _variables(graph, n)}
+  # The images, and in each step P and sign(s), are read but not trained.
+  fixed = read_forward - set(updates)
+  expected_fixed = _variables(graph, "inputs/Cast/ReadVariableOp")
+  for step, _, _ in _GLOW_STEPS:
+    conv = f"{step}/invertible_conv"
+    expected_fixed |= _variables(graph, f"{conv}/weight/ReadVariableOp")
+    expected_fixed |= _variables(graph, f"{conv}/s/ReadVariableOp")
+  assert fixed == expected_fixed and len(fixed) == 1 + 2 * 6
+  # Everything else once: per step actnorm's scale and bias, L, U and
+  # log |s|, and the three convolutions' kernels and biases; the splits'
+  # convolutions; the last prior's mean and log-std.
+  assert set(updates) == read_forward - fixed
+  assert all(len(u) == 1 for u in updates.values())
+  assert len(updates) == 6 * 11 + 2 * 2 + 2
+  assert _count(graph, "AssignVariableOp") == 2 * len(updates)

@@ -195,6 +195,15 @@ def nerfs(sizes):
           for rays, coarse, fine, width, depth, levels in sizes]
 
 
+def glows(sizes):
+  """(image size, levels, flow steps per level, coupling width, batch) per
+  variant; 8-bit RGB images, 12 x 2^i channels in level i."""
+  return [(f"glow_i{image}_l{levels}_k{steps}_w{width}_b{batch}",
+           dict(image_size=image, levels=levels, steps=steps, width=width,
+                batch=batch))
+          for image, levels, steps, width, batch in sizes]
+
+
 def gans(sizes):
   """(image size, base filters, batch) per variant."""
   return [(f"dcgan_i{image}_f{filters}_b{batch}",

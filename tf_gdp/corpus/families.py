@@ -8,27 +8,25 @@ the split is by family and fixed here: a policy is pre-trained on the
 `TRAIN` families only, and the `EVAL` families are run only to evaluate it.
 
 Sources: `tf_keras.applications` (`training_steps.keras_application`),
-transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style
-recommender, a speech recognizer's acoustic model, a GAN, an object
-detector, a mixture-of-experts transformer, a graph neural network, a
-CLIP-style dual encoder, a Perceiver, an R(2+1)D video classifier,
-PointNet, a Swin Transformer, a Conformer speech recognizer, an HRNet
-pose estimator, a DDPM diffusion U-Net, a MobileViT image classifier, a
-DeepLabV3+ semantic segmenter, an image captioner, a LLaMA-style
-language model, an EDSR super-resolution network, a convolutional
-sequence-to-sequence translation model, a Tacotron 2 text-to-speech
-model, a Mamba selective state-space language model, a VQ-VAE image
-autoencoder, a Gated PixelCNN autoregressive image model, a Stacked
-Hourglass pose estimator and a NeRF neural radiance field written with
-tf_keras layers (`transformers`, `recurrent`, `vision_models`,
-`recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
-`dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`, `conformer`,
-`hrnet`, `diffusion`, `mobilevit`, `deeplab`, `captioner`, `llama`,
-`edsr`, `convs2s`, `tacotron`, `mamba`, `vqvae`, `pixelcnn`,
-`hourglass`, `nerf`), Keras 3 applications and layers (`keras3_models`),
-the zoo's models (`tf_gdp.zoo`, with knobs) and generated graphs
-(`tf_gdp.graph.generators`). The evaluation families' variant names and
-arguments come from `eval_variants`.
+transformers, recurrent models, U-Nets, MLP-Mixers, a DLRM-style recommender, a
+speech recognizer's acoustic model, a GAN, an object detector, a
+mixture-of-experts transformer, a graph neural network, a CLIP-style dual
+encoder, a Perceiver, an R(2+1)D video classifier, PointNet, a Swin
+Transformer, a Conformer speech recognizer, an HRNet pose estimator, a DDPM
+diffusion U-Net, a MobileViT image classifier, a DeepLabV3+ semantic segmenter,
+an image captioner, a LLaMA-style language model, an EDSR super-resolution
+network, a convolutional sequence-to-sequence translation model, a Tacotron 2
+text-to-speech model, a Mamba selective state-space language model, a VQ-VAE
+image autoencoder, a Gated PixelCNN autoregressive image model, a Stacked
+Hourglass pose estimator, a NeRF neural radiance field and a Glow normalizing
+flow written with tf_keras layers (`transformers`, `recurrent`,
+`vision_models`, `recommenders`, `speech`, `gan`, `detector`, `moe`, `gnn`,
+`dual_encoder`, `perceiver`, `video`, `pointnet`, `swin`, `conformer`, `hrnet`,
+`diffusion`, `mobilevit`, `deeplab`, `captioner`, `llama`, `edsr`, `convs2s`,
+`tacotron`, `mamba`, `vqvae`, `pixelcnn`, `hourglass`, `nerf`, `glow`), Keras 3
+applications and layers (`keras3_models`), the zoo's models (`tf_gdp.zoo`, with
+knobs) and generated graphs (`tf_gdp.graph.generators`). The evaluation
+families' variant names and arguments come from `eval_variants`.
 """
 
 import dataclasses
@@ -47,14 +45,14 @@ SPLITS = (TRAIN, EVAL)
  DUAL_ENCODER, PERCEIVER, ZOO, GENERATED, TAGGER, VIDEO, POINTNET,
  SWIN, CONFORMER, HRNET, DIFFUSION, MOBILEVIT, DEEPLAB, CAPTIONER,
  LLAMA, EDSR, CONVS2S, TACOTRON, MAMBA, VQVAE, PIXELCNN, HOURGLASS,
- NERF) = (
+ NERF, GLOW) = (
      "keras_application", "encoder", "decoder", "vit", "translation",
      "recurrent", "unet", "mlp_mixer", "dlrm", "speech", "gan", "detector",
      "moe", "gnn", "keras3_application", "keras3_decoder", "dual_encoder",
      "perceiver", "zoo", "generated", "tagger", "video", "pointnet", "swin",
      "conformer", "hrnet", "diffusion", "mobilevit", "deeplab", "captioner",
      "llama", "edsr", "convs2s", "tacotron", "mamba", "vqvae", "pixelcnn",
-     "hourglass", "nerf")
+     "hourglass", "nerf", "glow")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -469,6 +467,10 @@ _FAMILIES = (
            "product of transmittance); each level's mean squared error, "
            "summed; Adam (corpus.nerf)",
            _variants("nerf", NERF, eval_variants.nerfs(sizes.NERF_SIZES))),
+    Family("glow", EVAL, "Glow normalizing flow: levels of a squeeze, flow "
+           "steps (actnorm, LU-form 1x1 convolution, affine coupling) and a "
+           "split to a learned prior; bits per dimension, Adam (corpus.glow)",
+           _variants("glow", GLOW, eval_variants.glows(sizes.GLOW_SIZES))),
 )
 FAMILIES = types.MappingProxyType({f.name: f for f in _FAMILIES})
 VARIANTS = types.MappingProxyType(

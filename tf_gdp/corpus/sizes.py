@@ -96,3 +96,7 @@ HOURGLASS_SIZES = ((128, 2, 128, 16, 71), (256, 2, 256, 16, 30),
 # by one-device peak memory only.
 NERF_SIZES = ((1280, 64, 128, 256, 8, 2), (3456, 64, 128, 256, 8, 2),
               (6144, 64, 128, 256, 8, 2), (6784, 64, 128, 256, 8, 3))
+# Glow: (image size, levels, flow steps per level, coupling width, batch),
+# by one-device peak memory only.
+GLOW_SIZES = ((32, 3, 8, 512, 240), (64, 4, 8, 512, 166),
+              (128, 5, 6, 512, 98), (256, 6, 6, 512, 46))

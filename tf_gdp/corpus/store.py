@@ -125,6 +125,7 @@ def _extract(variant: families.Variant):
   from tf_gdp.corpus import dual_encoder
   from tf_gdp.corpus import edsr
   from tf_gdp.corpus import gan
+  from tf_gdp.corpus import glow
   from tf_gdp.corpus import gnn
   from tf_gdp.corpus import hourglass
   from tf_gdp.corpus import hrnet
@@ -190,6 +191,7 @@ def _extract(variant: families.Variant):
       families.PIXELCNN: lambda: pixelcnn.pixelcnn(**args),
       families.HOURGLASS: lambda: hourglass.hourglass(**args),
       families.NERF: lambda: nerf.nerf(**args),
+      families.GLOW: lambda: glow.glow(**args),
   }
   return extract.from_function(builders[variant.kind]())
 
