@@ -2975,7 +2975,7 @@ def test_hourglass_adam_updates_every_weight_and_batch_norms_their_stats():
 def _tiny_nerf(**changes):
   # Widths differ (2 rays, 5 coarse samples, 6 more per later level, 8
   # units, 4 with the direction), so each shape names its tensor; depth 4
-  # puts the skip into layer_2.
+  # puts the skip into layer_3.
   args = dict(rays=2, coarse_samples=5, fine_samples=6, width=8, depth=4,
               levels=3)
   return _variant("tiny_nerf", families.NERF, **{**args, **changes})
