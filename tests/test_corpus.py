@@ -25,6 +25,20 @@ def _variant(name, kind, **args):
                           types.MappingProxyType(args))
 
 
+@functools.lru_cache(maxsize=None)
+def _tiny_graph(tiny):
+  """The op graph of the variant `tiny()` makes, built once for the tests
+  that only read it."""
+  return store.build_graph(tiny(), DEVICES)
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_graph_def(tiny):
+  """The GraphDef of the variant `tiny()` makes, for the tests that run
+  parts of it."""
+  return store._extract(tiny()).meta_graph.graph_def  # pylint: disable=protected-access
+
+
 TINY_RNN = _variant("tiny_lstm", families.RECURRENT, cell="lstm", layers=1,
                     hidden=16, seq=4, batch=2, vocab=50)
 TINY_GENERATED = _variant("tiny_layered", families.GENERATED,
@@ -1324,12 +1338,6 @@ def _tiny_convs2s(**changes):
   return _variant("tiny_convs2s", families.CONVS2S, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _convs2s_graph():
-  """The tiny ConvS2S step, built once for the tests that only read it."""
-  return store.build_graph(_tiny_convs2s(), DEVICES)
-
-
 _CONVS2S_ENCODER = tuple(f"encoder/block_{i}" for i in range(3))
 _CONVS2S_DECODER = tuple(f"decoder/block_{j}" for j in range(2))
 
@@ -1344,7 +1352,7 @@ def _data_inputs(graph, name) -> list:
 
 
 def test_convs2s_encoder_and_decoder_blocks_are_numbered_stages():
-  graph = _convs2s_graph()
+  graph = _tiny_graph(_tiny_convs2s)
   names = graph.node_names
   # Two numbered stacks on one stem, `block_` in `encoder/` and `decoder/`.
   # The stage rules rank each template's numbers, so every op of encoder
@@ -1368,7 +1376,7 @@ def test_convs2s_encoder_and_decoder_blocks_are_numbered_stages():
 
 
 def test_convs2s_every_block_gates_its_convolution_and_scales_residuals():
-  graph = _convs2s_graph()
+  graph = _tiny_graph(_tiny_convs2s)
   forward, read = _model_ops(graph, "", constants=False)
   _, read_all = _model_ops(graph, "")
   # GLU in every block: the width-3 convolution makes 2 x 8 channels; the
@@ -1403,7 +1411,7 @@ def test_convs2s_every_block_gates_its_convolution_and_scales_residuals():
 
 
 def test_convs2s_decoder_convolutions_are_causal():
-  graph = _convs2s_graph()
+  graph = _tiny_graph(_tiny_convs2s)
   forward, read = _model_ops(graph, "", constants=False)
   # Each decoder block puts kernel - 1 = 2 zero positions before its input
   # and none after, then convolves without padding (7 positions to 5): the
@@ -1431,7 +1439,7 @@ def test_convs2s_decoder_convolutions_are_causal():
 
 
 def test_convs2s_every_decoder_block_attends_over_the_last_encoder_block():
-  graph = _convs2s_graph()
+  graph = _tiny_graph(_tiny_convs2s)
   forward, read = _model_ops(graph, "", constants=False)
   # Keys: the last encoder block's output projected to the embedding size
   # (6); values: the keys plus the source embedding, scaled.
@@ -1480,7 +1488,7 @@ def test_convs2s_every_decoder_block_attends_over_the_last_encoder_block():
 
 
 def test_convs2s_clipped_nesterov_update_touches_every_trainable_variable():
-  graph = _convs2s_graph()
+  graph = _tiny_graph(_tiny_convs2s)
   forward, read = _model_ops(graph, "", constants=False)
   names, types_ = graph.node_names, graph.op_types
   loss = "/".join(["SparseSoftmaxCrossEntropyWithLogits"] * 2)
@@ -1564,12 +1572,6 @@ def _tiny_tacotron(**changes):
   return _variant("tiny_tacotron", families.TACOTRON, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _tacotron_graph():
-  """The tiny Tacotron step, built once for the tests that only read it."""
-  return store.build_graph(_tiny_tacotron(), DEVICES)
-
-
 _TACOTRON_STEPS = tuple(f"decoder/step_{t}" for t in range(4))
 
 
@@ -1580,7 +1582,7 @@ def _variables(graph, op) -> set:
 
 
 def test_tacotron_convolutions_and_decoder_steps_are_numbered_stages():
-  graph = _tacotron_graph()
+  graph = _tiny_graph(_tiny_tacotron)
   names = graph.node_names
   # Three numbered stacks: the encoder's convolutions, one decoder step per
   # mel frame, the postnet's convolutions. The decoder steps hold most ops,
@@ -1604,7 +1606,7 @@ def test_tacotron_convolutions_and_decoder_steps_are_numbered_stages():
 
 
 def test_tacotron_encoder_convolves_then_reads_the_text_both_ways():
-  graph = _tacotron_graph()
+  graph = _tiny_graph(_tiny_tacotron)
   forward, read = _model_ops(graph, "", constants=False)
   # Three width-5 convolutions (no bias: batch norm follows), batch norm in
   # training mode, ReLU; each reads the one before.
@@ -1636,7 +1638,7 @@ def test_tacotron_encoder_convolves_then_reads_the_text_both_ways():
 
 
 def test_tacotron_every_step_attends_by_location_over_the_processed_memory():
-  graph = _tacotron_graph()
+  graph = _tiny_graph(_tiny_tacotron)
   forward, read = _model_ops(graph, "", constants=False)
   _, read_all = _model_ops(graph, "")
   processed = "decoder/processed_memory"
@@ -1688,7 +1690,7 @@ def test_tacotron_every_step_attends_by_location_over_the_processed_memory():
 
 
 def test_tacotron_teacher_forcing_feeds_the_ground_truth_previous_frame():
-  graph = _tacotron_graph()
+  graph = _tiny_graph(_tiny_tacotron)
   forward, read = _model_ops(graph, "", constants=False)
   _, read_all = _model_ops(graph, "")
   # Step t's prenet reads ground-truth frame t - 1, step 0's a zero "go"
@@ -1725,7 +1727,7 @@ def test_tacotron_teacher_forcing_feeds_the_ground_truth_previous_frame():
 
 
 def test_tacotron_decoder_lstms_share_their_weights_across_steps():
-  graph = _tacotron_graph()
+  graph = _tiny_graph(_tiny_tacotron)
   forward, read = _model_ops(graph, "", constants=False)
   names, types_ = graph.node_names, graph.op_types
   for cell in ("attention_lstm", "decoder_lstm"):
@@ -1768,7 +1770,7 @@ def test_tacotron_decoder_lstms_share_their_weights_across_steps():
 
 
 def test_tacotron_postnet_adds_a_residual_to_the_decoder_frames():
-  graph = _tacotron_graph()
+  graph = _tiny_graph(_tiny_tacotron)
   forward, read = _model_ops(graph, "", constants=False)
   # The decoder's frames in order, [2, 4 frames, 7 bins].
   assert [n for n, _ in _data_inputs(graph, "decoder/mel")] == [
@@ -1807,7 +1809,7 @@ def test_tacotron_postnet_adds_a_residual_to_the_decoder_frames():
 
 
 def test_tacotron_clipped_adam_update_touches_every_trainable_variable():
-  graph = _tacotron_graph()
+  graph = _tiny_graph(_tiny_tacotron)
   forward, read = _model_ops(graph, "", constants=False)
   names, types_ = graph.node_names, graph.op_types
   assert forward.get("global_norm/global_norm") == ("Sqrt", ())
@@ -1862,12 +1864,6 @@ def _tiny_mamba(**changes):
   return _variant("tiny_mamba", families.MAMBA, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _mamba_graph():
-  """The tiny Mamba step, built once for the tests that only read it."""
-  return store.build_graph(_tiny_mamba(), DEVICES)
-
-
 def _assert_layers_are_stages(graph, layers, *, min_ops: int, step: float,
                               stem: str = "layer_"):
   """`layers` are the graph's only numbered `stem` scopes, and every op of
@@ -1889,7 +1885,7 @@ _MAMBA_LAYERS = ("layer_0", "layer_1")
 
 
 def test_mamba_blocks_are_numbered_stages_with_residuals():
-  graph = _mamba_graph()
+  graph = _tiny_graph(_tiny_mamba)
   forward, read = _model_ops(graph, "", constants=False)
   names = graph.node_names
   # One numbered stack, each block reading the one before: the stage rules
@@ -1914,7 +1910,7 @@ def test_mamba_blocks_are_numbered_stages_with_residuals():
 
 
 def test_mamba_convolution_is_causal_and_depthwise():
-  graph = _mamba_graph()
+  graph = _tiny_graph(_tiny_mamba)
   forward, read = _model_ops(graph, "", constants=False)
   for layer in _MAMBA_LAYERS:
     # The stream half of the input projection gets 4 - 1 = 3 zero positions
@@ -2006,7 +2002,7 @@ def _symbolic_positions(graph, graph_def, sources, scope, output):
 
 
 def test_mamba_scan_state_reads_its_position_and_every_earlier_one_only():
-  graph = _mamba_graph()
+  graph = _tiny_graph(_tiny_mamba)
   forward, read = _model_ops(graph, "", constants=False)
   graph_def = store._extract(_tiny_mamba()).meta_graph.graph_def  # pylint: disable=protected-access
   for layer in _MAMBA_LAYERS:
@@ -2059,7 +2055,7 @@ def test_mamba_scan_state_reads_its_position_and_every_earlier_one_only():
 
 
 def test_mamba_gate_multiplies_the_scan_output():
-  graph = _mamba_graph()
+  graph = _tiny_graph(_tiny_mamba)
   forward, read = _model_ops(graph, "", constants=False)
   for layer in _MAMBA_LAYERS:
     s = f"{layer}/ssm"
@@ -2082,7 +2078,7 @@ def test_mamba_gate_multiplies_the_scan_output():
 
 
 def test_mamba_tied_head_and_clipped_adamw_update_every_trainable_variable():
-  graph = _mamba_graph()
+  graph = _tiny_graph(_tiny_mamba)
   forward, read = _model_ops(graph, "", constants=False)
   names, types_ = graph.node_names, graph.op_types
   loss = "/".join(["SparseSoftmaxCrossEntropyWithLogits"] * 2)
@@ -2142,25 +2138,13 @@ def _tiny_vqvae(**changes):
   return _variant("tiny_vqvae", families.VQVAE, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _vqvae_graph():
-  """The tiny VQ-VAE step, built once for the tests that only read it."""
-  return store.build_graph(_tiny_vqvae(), DEVICES)
-
-
-@functools.lru_cache(maxsize=1)
-def _vqvae_graph_def():
-  """The tiny VQ-VAE step's GraphDef, for the tests that run parts of it."""
-  return store._extract(_tiny_vqvae()).meta_graph.graph_def  # pylint: disable=protected-access
-
-
 def _run_vqvae(fetch: str, feeds: dict):
   """The value of the op `fetch` of the tiny step, the ops named in `feeds`
   (name -> array) replaced by those values, so none upstream of them runs."""
   tf, _ = training_steps.libraries()
   graph = tf.Graph()
   with graph.as_default():
-    tf.graph_util.import_graph_def(_vqvae_graph_def(), name="")
+    tf.graph_util.import_graph_def(_tiny_graph_def(_tiny_vqvae), name="")
   with tf.compat.v1.Session(graph=graph) as session:
     return session.run(f"{fetch}:0",
                        {f"{name}:0": value for name, value in feeds.items()})
@@ -2170,7 +2154,7 @@ def test_vqvae_strided_convolutions_and_numbered_residual_stages():
   graph = store.build_graph(_tiny_vqvae(blocks=10), DEVICES)
   forward, read = _model_ops(graph, "", constants=False)
   names = graph.node_names
-  nodes = {n.name: n for n in _vqvae_graph_def().node}
+  nodes = {n.name: n for n in _tiny_graph_def(_tiny_vqvae).node}
   # Two numbered stacks, `block_` in `encoder/` and `decoder/`: the stage
   # rules rank each template's numbers, so every op of encoder block i,
   # forward and backward, sits at stage i / 9 and every op of decoder block
@@ -2254,7 +2238,7 @@ def test_vqvae_strided_convolutions_and_numbered_residual_stages():
 
 def test_vqvae_quantizer_replaces_each_vector_by_its_nearest_code():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _vqvae_graph()
+  graph = _tiny_graph(_tiny_vqvae)
   forward, read = _model_ops(graph, "", constants=False)
   # The encoder's map as 18 vectors of 5; squared distances to the 7 codes,
   # from one matrix product; the argmin over the codes.
@@ -2302,7 +2286,7 @@ def _raw_gradient(graph, shape) -> str:
 
 
 def test_vqvae_straight_through_and_stop_gradients_route_each_loss():
-  graph = _vqvae_graph()
+  graph = _tiny_graph(_tiny_vqvae)
   forward, read = _model_ops(graph, "", constants=False)
   z, q = "encoder/to_codes/BiasAdd", "quantizer/quantized"
   # The decoder reads z + stop_gradient(q - z): the codes' values.
@@ -2341,7 +2325,7 @@ def test_vqvae_straight_through_and_stop_gradients_route_each_loss():
 
 def test_vqvae_loss_is_reconstruction_plus_codebook_plus_quarter_commitment():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _vqvae_graph()
+  graph = _tiny_graph(_tiny_vqvae)
   forward, read = _model_ops(graph, "", constants=False)
   # The target is the input image itself.
   (target,) = read("loss/error") - {"decoder/up/second/conv/BiasAdd"}
@@ -2381,7 +2365,7 @@ def test_vqvae_loss_is_reconstruction_plus_codebook_plus_quarter_commitment():
 
 
 def test_vqvae_clipped_adam_update_touches_every_trainable_variable():
-  graph = _vqvae_graph()
+  graph = _tiny_graph(_tiny_vqvae)
   forward, read = _model_ops(graph, "", constants=False)
   names, types_ = graph.node_names, graph.op_types
   norm = "global_norm/global_norm"
@@ -2429,20 +2413,6 @@ def _tiny_pixelcnn(**changes):
   return _variant("tiny_pixelcnn", families.PIXELCNN, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _pixelcnn_graph():
-  """The tiny Gated PixelCNN step, built once for the tests that only read
-  it."""
-  return store.build_graph(_tiny_pixelcnn(), DEVICES)
-
-
-@functools.lru_cache(maxsize=1)
-def _pixelcnn_graph_def():
-  """The tiny Gated PixelCNN step's GraphDef, for the tests that run parts
-  of it."""
-  return store._extract(_tiny_pixelcnn()).meta_graph.graph_def  # pylint: disable=protected-access
-
-
 def _run_op(graph_def, fetch: str, feeds: dict):
   """The value of the op `fetch` of `graph_def`, the ops named in `feeds`
   (name -> array) replaced by those values, so none upstream of them runs."""
@@ -2457,7 +2427,7 @@ def _run_op(graph_def, fetch: str, feeds: dict):
 
 def _run_pixelcnn(fetch: str, feeds: dict):
   """`_run_op` on the tiny Gated PixelCNN step."""
-  return _run_op(_pixelcnn_graph_def(), fetch, feeds)
+  return _run_op(_tiny_graph_def(_tiny_pixelcnn), fetch, feeds)
 
 
 _PIXELCNN_LAYERS = ("layer_0", "layer_1", "layer_2")
@@ -2465,7 +2435,7 @@ _STACKS = ("vertical", "horizontal")
 
 
 def test_pixelcnn_layers_are_numbered_stages_of_two_linked_stacks():
-  graph = _pixelcnn_graph()
+  graph = _tiny_graph(_tiny_pixelcnn)
   forward, read = _model_ops(graph, "", constants=False)
   names = graph.node_names
   # One numbered stack of layers: every op of layer i, forward and backward,
@@ -2511,9 +2481,9 @@ def test_pixelcnn_layers_are_numbered_stages_of_two_linked_stacks():
 def test_pixelcnn_masks_are_type_a_in_the_first_layer_and_b_after():
   import numpy as np  # pylint: disable=g-import-not-at-top
   tf, _ = training_steps.libraries()
-  graph = _pixelcnn_graph()
+  graph = _tiny_graph(_tiny_pixelcnn)
   forward, read = _model_ops(graph, "")
-  nodes = {n.name: n for n in _pixelcnn_graph_def().node}
+  nodes = {n.name: n for n in _tiny_graph_def(_tiny_pixelcnn).node}
   # Vertical: the rows above the centre (A), the centre row too (B);
   # horizontal: the taps left of the centre (A), the centre too (B).
   first = {"vertical": np.array([[1] * 5] * 2 + [[0] * 5] * 3),
@@ -2547,7 +2517,7 @@ def test_pixelcnn_masks_are_type_a_in_the_first_layer_and_b_after():
 
 def test_pixelcnn_each_pixels_logits_read_only_the_pixels_before_it():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _pixelcnn_graph()
+  graph = _tiny_graph(_tiny_pixelcnn)
   forward, _ = _model_ops(graph, "", constants=False)
   # Random values for every weight and label the forward pass reads.
   rng = np.random.default_rng(2)
@@ -2575,7 +2545,7 @@ def test_pixelcnn_each_pixels_logits_read_only_the_pixels_before_it():
 
 
 def test_pixelcnn_gated_activations_with_a_class_embedding_in_each_gate():
-  graph = _pixelcnn_graph()
+  graph = _tiny_graph(_tiny_pixelcnn)
   forward, read = _model_ops(graph, "", constants=False)
   gates = [(layer, stack) for layer in _PIXELCNN_LAYERS for stack in _STACKS
            if (layer, stack) != ("layer_2", "vertical")]
@@ -2613,7 +2583,7 @@ def test_pixelcnn_gated_activations_with_a_class_embedding_in_each_gate():
 
 def test_pixelcnn_loss_is_a_256_way_cross_entropy_against_the_input_pixels():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _pixelcnn_graph()
+  graph = _tiny_graph(_tiny_pixelcnn)
   forward, read = _model_ops(graph, "", constants=False)
   # ReLU, a 1x1 convolution to the head's 6, ReLU, a 1x1 convolution to
   # 3 x 256 logits per pixel, one softmax of 256 per pixel and channel.
@@ -2646,7 +2616,7 @@ def test_pixelcnn_loss_is_a_256_way_cross_entropy_against_the_input_pixels():
 
 
 def test_pixelcnn_adam_updates_every_trainable_variable():
-  graph = _pixelcnn_graph()
+  graph = _tiny_graph(_tiny_pixelcnn)
   forward, read = _model_ops(graph, "", constants=False)
   names, types_ = graph.node_names, graph.op_types
   updates = {}
@@ -2700,30 +2670,16 @@ def _tiny_hourglass(**changes):
   return _variant("tiny_hourglass", families.HOURGLASS, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _hourglass_graph():
-  """The tiny Stacked Hourglass step, built once for the tests that only
-  read it."""
-  return store.build_graph(_tiny_hourglass(), DEVICES)
-
-
-@functools.lru_cache(maxsize=1)
-def _hourglass_graph_def():
-  """The tiny Stacked Hourglass step's GraphDef, for the tests that run
-  parts of it."""
-  return store._extract(_tiny_hourglass()).meta_graph.graph_def  # pylint: disable=protected-access
-
-
 def _run_hourglass(fetch: str, feeds: dict):
   """`_run_op` on the tiny Stacked Hourglass step."""
-  return _run_op(_hourglass_graph_def(), fetch, feeds)
+  return _run_op(_tiny_graph_def(_tiny_hourglass), fetch, feeds)
 
 
 _HOURGLASS_STACKS = ("stack_0", "stack_1", "stack_2")
 
 
 def test_hourglass_stacks_are_numbered_stages_joined_by_reinjection():
-  graph = _hourglass_graph()
+  graph = _tiny_graph(_tiny_hourglass)
   forward, read = _model_ops(graph, "", constants=False)
   # Every op of stack i, forward and backward, sits at stage i / 2; inside
   # a stack its levels are numbered siblings.
@@ -2793,7 +2749,7 @@ def _pools_and_upsamplings(forward, stack):
 
 
 def test_hourglass_recursion_pools_and_upsamples_once_per_level():
-  graph = _hourglass_graph()
+  graph = _tiny_graph(_tiny_hourglass)
   forward, read = _model_ops(graph, "", constants=False)
   for i, stack in enumerate(_HOURGLASS_STACKS):
     # Depth 2: two max pools (4 -> 2 -> 1), two upsamplings back, and
@@ -2847,7 +2803,7 @@ def test_hourglass_recursion_pools_and_upsamples_once_per_level():
 
 
 def test_hourglass_residual_modules_are_preactivation_bottlenecks():
-  graph = _hourglass_graph()
+  graph = _tiny_graph(_tiny_hourglass)
   forward, read = _model_ops(graph, "", constants=False)
   modules = sorted(n[:-len("/residual")] for n, (t, _) in forward.items()
                    if t == "AddV2" and n.endswith("/residual")
@@ -2887,45 +2843,50 @@ def test_hourglass_residual_modules_are_preactivation_bottlenecks():
       f"{stack}/heatmaps/BiasAdd" for stack in _HOURGLASS_STACKS]
 
 
-def test_hourglass_every_stack_is_supervised_against_the_target_heatmaps():
+def _assert_loss_sums_squared_errors(graph, stages, prediction, shape, run):
+  """Asserts that `loss/total` sums one mean squared error per stage, of
+  `prediction(stage)` against one target variable of `shape` shared by all,
+  and runs it on values of our own (`run` is the family's `_run_op`).
+  Returns the target's variables."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _hourglass_graph()
   forward, read = _model_ops(graph, "", constants=False)
-  # One mean squared error per stack, in its scope; the loss is their sum.
-  terms = {f"{stack}/loss/mean" for stack in _HOURGLASS_STACKS}
   assert forward["loss/total"][0] == "AddN"
-  assert read("loss/total") == terms
-  targets = set()
-  for stack in _HOURGLASS_STACKS:
-    error = f"{stack}/loss/error"
-    assert read(f"{stack}/loss/mean") == {f"{stack}/loss/Square"}
-    assert read(f"{stack}/loss/Square") == {error}
-    (target,) = read(error) - {f"{stack}/heatmaps/BiasAdd"}
-    assert forward[target] == ("ReadVariableOp", (2, 4, 4, 5))
+  assert read("loss/total") == {f"{stage}/loss/mean" for stage in stages}
+  targets, feeds, expected = set(), {}, 0.0
+  rng = np.random.default_rng(4)
+  truth = rng.uniform(size=shape).astype(np.float32)
+  for stage in stages:
+    error = f"{stage}/loss/error"
+    assert read(f"{stage}/loss/mean") == {f"{stage}/loss/Square"}
+    assert read(f"{stage}/loss/Square") == {error}
+    (target,) = read(error) - {prediction(stage)}
+    assert forward[target] == ("ReadVariableOp", shape)
     targets |= _variables(graph, target)
-    # Each stack's heatmaps get the gradient of their own term.
+    predicted = rng.normal(size=shape).astype(np.float32)
+    feeds.update({prediction(stage): predicted, target: truth})
+    expected += np.mean((predicted - truth) ** 2)
+  assert len(targets) == 1
+  np.testing.assert_allclose(run("loss/total", feeds), expected, rtol=1e-5)
+  return targets
+
+
+def test_hourglass_every_stack_is_supervised_against_the_target_heatmaps():
+  graph = _tiny_graph(_tiny_hourglass)
+  targets = _assert_loss_sums_squared_errors(
+      graph, _HOURGLASS_STACKS, lambda stack: f"{stack}/heatmaps/BiasAdd",
+      (2, 4, 4, 5), _run_hourglass)
+  # The target is not the images.
+  assert not targets & _variables(graph, "stem/conv/Conv2D")
+  # Each stack's heatmaps get the gradient of their own term.
+  for stack in _HOURGLASS_STACKS:
     upstream = _ancestors(
         graph, [f"gradient_tape/{stack}/heatmaps/BiasAdd/BiasAddGrad"])
     assert [n for n in upstream
             if n.startswith(f"gradient_tape/{stack}/loss/")], stack
-  # One target for all stacks, not the images.
-  assert len(targets) == 1
-  assert not targets & _variables(graph, "stem/conv/Conv2D")
-  # Run on values of our own: the sum over stacks of the mean squared error.
-  rng = np.random.default_rng(4)
-  truth = rng.uniform(size=(2, 4, 4, 5)).astype(np.float32)
-  feeds, expected = {}, 0.0
-  for stack in _HOURGLASS_STACKS:
-    heatmaps = rng.normal(size=(2, 4, 4, 5)).astype(np.float32)
-    (target,) = read(f"{stack}/loss/error") - {f"{stack}/heatmaps/BiasAdd"}
-    feeds.update({f"{stack}/heatmaps/BiasAdd": heatmaps, target: truth})
-    expected += np.mean((heatmaps - truth) ** 2)
-  np.testing.assert_allclose(_run_hourglass("loss/total", feeds), expected,
-                             rtol=1e-5)
 
 
 def test_hourglass_adam_updates_every_weight_and_batch_norms_their_stats():
-  graph = _hourglass_graph()
+  graph = _tiny_graph(_tiny_hourglass)
   forward, read = _model_ops(graph, "", constants=False)
   names, types_ = graph.node_names, graph.op_types
   updates = {}
@@ -2981,21 +2942,9 @@ def _tiny_nerf(**changes):
   return _variant("tiny_nerf", families.NERF, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _nerf_graph():
-  """The tiny NeRF step, built once for the tests that only read it."""
-  return store.build_graph(_tiny_nerf(), DEVICES)
-
-
-@functools.lru_cache(maxsize=1)
-def _nerf_graph_def():
-  """The tiny NeRF step's GraphDef, for the tests that run parts of it."""
-  return store._extract(_tiny_nerf()).meta_graph.graph_def  # pylint: disable=protected-access
-
-
 def _run_nerf(fetch: str, feeds: dict):
   """`_run_op` on the tiny NeRF step."""
-  return _run_op(_nerf_graph_def(), fetch, feeds)
+  return _run_op(_tiny_graph_def(_tiny_nerf), fetch, feeds)
 
 
 _NERF_LEVELS = ("level_0", "level_1", "level_2")
@@ -3005,7 +2954,7 @@ _NERF_DEPTHS = ("level_0/sample/depths", "level_1/sample/sort/sorted",
 
 
 def test_nerf_levels_are_numbered_stages_each_with_its_own_mlp():
-  graph = _nerf_graph()
+  graph = _tiny_graph(_tiny_nerf)
   forward, read = _model_ops(graph, "", constants=False)
   # Every op of level i, forward and backward, sits at stage i / 2; inside
   # a level its MLP's layers are numbered siblings.
@@ -3067,7 +3016,7 @@ def test_nerf_levels_are_numbered_stages_each_with_its_own_mlp():
 
 def test_nerf_encodes_positions_and_directions_by_sin_and_cos():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _nerf_graph()
+  graph = _tiny_graph(_tiny_nerf)
   forward, read = _model_ops(graph, "", constants=False)
   rng = np.random.default_rng(5)
   for level, samples, depths in zip(_NERF_LEVELS, (5, 11, 17), _NERF_DEPTHS):
@@ -3094,7 +3043,7 @@ def test_nerf_encodes_positions_and_directions_by_sin_and_cos():
 
 def test_nerf_finer_levels_sample_the_previous_weights_and_sort():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _nerf_graph()
+  graph = _tiny_graph(_tiny_nerf)
   forward, read = _model_ops(graph, "", constants=False)
   for i, level in enumerate(_NERF_LEVELS[1:], 1):
     sample, previous = f"{level}/sample", _NERF_LEVELS[i - 1]
@@ -3147,7 +3096,7 @@ def test_nerf_finer_levels_sample_the_previous_weights_and_sort():
 
 def test_nerf_renders_by_an_exclusive_product_of_transmittance():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _nerf_graph()
+  graph = _tiny_graph(_tiny_nerf)
   forward, read = _model_ops(graph, "", constants=False)
   for level, samples, depths in zip(_NERF_LEVELS, (5, 11, 17), _NERF_DEPTHS):
     render = f"{level}/render"
@@ -3181,38 +3130,16 @@ def test_nerf_renders_by_an_exclusive_product_of_transmittance():
 
 
 def test_nerf_loss_sums_one_mean_squared_error_per_level():
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _nerf_graph()
-  forward, read = _model_ops(graph, "", constants=False)
-  terms = {f"{level}/loss/mean" for level in _NERF_LEVELS}
-  assert forward["loss/total"][0] == "AddN"
-  assert read("loss/total") == terms
-  targets = set()
-  for level in _NERF_LEVELS:
-    error = f"{level}/loss/error"
-    assert read(f"{level}/loss/mean") == {f"{level}/loss/Square"}
-    assert read(f"{level}/loss/Square") == {error}
-    (target,) = read(error) - {f"{level}/render/rgb"}
-    assert forward[target] == ("ReadVariableOp", (2, 3))
-    targets |= _variables(graph, target)
-  # One target for all levels, neither the origins nor the directions.
-  assert len(targets) == 1
+  graph = _tiny_graph(_tiny_nerf)
+  targets = _assert_loss_sums_squared_errors(
+      graph, _NERF_LEVELS, lambda level: f"{level}/render/rgb", (2, 3),
+      _run_nerf)
+  # The target is neither the origins nor the directions.
   assert not targets & _variables(graph, "rays/views/ReadVariableOp")
-  # Run on values of our own: the sum over levels of the mean squared error.
-  rng = np.random.default_rng(8)
-  truth = rng.uniform(size=(2, 3)).astype(np.float32)
-  feeds, expected = {}, 0.0
-  for level in _NERF_LEVELS:
-    rgb = rng.uniform(size=(2, 3)).astype(np.float32)
-    (target,) = read(f"{level}/loss/error") - {f"{level}/render/rgb"}
-    feeds.update({f"{level}/render/rgb": rgb, target: truth})
-    expected += np.mean((rgb - truth) ** 2)
-  np.testing.assert_allclose(_run_nerf("loss/total", feeds), expected,
-                             rtol=1e-5)
 
 
 def test_nerf_adam_updates_every_levels_weights_from_its_own_loss():
-  graph = _nerf_graph()
+  graph = _tiny_graph(_tiny_nerf)
   names, types_ = graph.node_names, graph.op_types
   updates = {}
   for n, t in zip(names, types_):
@@ -3255,21 +3182,9 @@ def _tiny_glow(**changes):
   return _variant("tiny_glow", families.GLOW, **{**args, **changes})
 
 
-@functools.lru_cache(maxsize=1)
-def _glow_graph():
-  """The tiny Glow step, built once for the tests that only read it."""
-  return store.build_graph(_tiny_glow(), DEVICES)
-
-
-@functools.lru_cache(maxsize=1)
-def _glow_graph_def():
-  """The tiny Glow step's GraphDef, for the tests that run parts of it."""
-  return store._extract(_tiny_glow()).meta_graph.graph_def  # pylint: disable=protected-access
-
-
 def _run_glow(fetch: str, feeds: dict):
   """`_run_op` on the tiny Glow step."""
-  return _run_op(_glow_graph_def(), fetch, feeds)
+  return _run_op(_tiny_graph_def(_tiny_glow), fetch, feeds)
 
 
 _GLOW_LEVELS = ("level_0", "level_1", "level_2")
@@ -3306,7 +3221,7 @@ def _glow_log_normal(x, mean, log_std):
 
 def test_glow_levels_squeeze_then_run_their_numbered_flow_steps():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _glow_graph()
+  graph = _tiny_graph(_tiny_glow)
   forward, _ = _model_ops(graph, "", constants=False)
   # Every op of level i, forward and backward, sits at stage i / 2; inside
   # a level its flow steps are numbered siblings.
@@ -3353,7 +3268,7 @@ def test_glow_levels_squeeze_then_run_their_numbered_flow_steps():
 
 def test_glow_flow_steps_are_actnorm_then_lu_convolution_then_coupling():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _glow_graph()
+  graph = _tiny_graph(_tiny_glow)
   forward, read = _model_ops(graph, "", constants=False)
   # The 1x1 convolution's log-det comes from log |s|: no op computes a
   # determinant, an inverse or a decomposition.
@@ -3427,7 +3342,7 @@ def test_glow_flow_steps_are_actnorm_then_lu_convolution_then_coupling():
 
 def test_glow_coupling_shifts_and_scales_half_by_sigmoid_of_raw_plus_2():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _glow_graph()
+  graph = _tiny_graph(_tiny_glow)
   forward, read = _model_ops(graph, "", constants=False)
   for step, side, c in _GLOW_STEPS:
     coupling = f"{step}/coupling"
@@ -3475,7 +3390,7 @@ def test_glow_coupling_shifts_and_scales_half_by_sigmoid_of_raw_plus_2():
 
 def test_glow_splits_score_the_factored_half_given_the_kept_half():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _glow_graph()
+  graph = _tiny_graph(_tiny_glow)
   forward, read = _model_ops(graph, "", constants=False)
   for level, (side, c) in zip(_GLOW_LEVELS[:-1], _GLOW_SHAPES):
     split = f"{level}/split"
@@ -3514,7 +3429,7 @@ def test_glow_splits_score_the_factored_half_given_the_kept_half():
 
 def test_glow_loss_is_the_bits_per_dimension_of_every_term():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  graph = _glow_graph()
+  graph = _tiny_graph(_tiny_glow)
   forward, read = _model_ops(graph, "", constants=False)
   # Every actnorm's and 1x1 convolution's log-det, every coupling's, every
   # split's and the last prior's log-probability.
@@ -3645,7 +3560,7 @@ def test_glow_starts_from_rotations_and_zero_couplings_and_priors(
 
 
 def test_glow_adam_updates_every_weight_but_p_and_the_signs():
-  graph = _glow_graph()
+  graph = _tiny_graph(_tiny_glow)
   names, types_ = graph.node_names, graph.op_types
   updates = {}
   for n, t in zip(names, types_):
